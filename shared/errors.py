@@ -1,0 +1,162 @@
+"""The one exception tree of decision-worker.
+
+Every exception this package raises on purpose derives from ``DecisionWorkerError``::
+
+    DecisionWorkerError
+    ├── ConfigurationError          a setting, variable or registry entry is wrong; nothing runs
+    ├── JobInvalid                  a job did not validate; ``problems`` names every bad field
+    ├── DecisionProviderError       a provider call failed; ``code`` is one of ProviderErrorCode
+    ├── LedgerError                 the ledger cannot give its guarantee
+    │   ├── SchemaBehind            the database schema is older than this code (run migrations)
+    │   └── JobConflict             a job id came back with different content
+    ├── ResolutionInvalid           a reviewer's answer does not fit the question or menu
+    ├── EscalationNotFound          no open escalation has that id (or it is held by another)
+    └── DecisionError (ValueError)  a menu pick never parsed; ``kind``, ``attempts``, ``reply_head``
+
+Messages never carry an API key, an auth header or a request body: errors that wrap
+transport failures keep only the exception's class name and the phase it happened in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = [
+    "ConfigurationError",
+    "DecisionError",
+    "DecisionProviderError",
+    "DecisionWorkerError",
+    "EscalationNotFound",
+    "FieldProblem",
+    "JobConflict",
+    "JobInvalid",
+    "LedgerError",
+    "ProviderErrorCode",
+    "ResolutionInvalid",
+    "SchemaBehind",
+]
+
+ProviderErrorCode = Literal[
+    "configuration",
+    "auth",
+    "invalid_request",
+    "rate_limited",
+    "outcome_unknown",
+    "connection",
+    "invalid_response",
+    "aborted",
+    "timeout",
+]
+
+
+class DecisionWorkerError(Exception):
+    """Root of every error decision-worker raises on purpose."""
+
+
+class ConfigurationError(DecisionWorkerError):
+    """A setting, environment variable or registry entry is wrong."""
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    """One bad field of a job: a dotted path (``questions.q1.criteria``) and what is wrong."""
+
+    field: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"field": self.field, "message": self.message}
+
+
+class JobInvalid(DecisionWorkerError):
+    """A job failed validation. Nothing was sent for it."""
+
+    def __init__(self, problems: list[FieldProblem], job_id: str | None = None) -> None:
+        self.problems = problems
+        self.job_id = job_id
+        listed = "; ".join(f"{p.field}: {p.message}" for p in problems) or "invalid job"
+        super().__init__(f"job {job_id or '?'} is invalid: {listed}")
+
+
+class DecisionProviderError(DecisionWorkerError):
+    """A decision provider call failed; ``code`` tells the ledger what happened on the wire.
+
+    ``outcome_unknown`` carries the cost booked for the request (``cost_usd``/``cost_basis``,
+    ``None`` when unknown, never 0). ``invalid_request`` carries the provider's ``ref_id``.
+    """
+
+    def __init__(
+        self,
+        code: ProviderErrorCode,
+        message: str,
+        *,
+        provider: str | None = None,
+        status_code: int | None = None,
+        ref_id: str | None = None,
+        cost_usd: float | None = None,
+        cost_basis: Literal["reported", "estimate"] | None = None,
+        retry_after_s: float | None = None,
+        attempts: int = 0,
+        receipt: Any = None,
+    ) -> None:
+        self.code: ProviderErrorCode = code
+        self.provider = provider
+        self.status_code = status_code
+        self.ref_id = ref_id
+        self.cost_usd = cost_usd
+        self.cost_basis = cost_basis
+        self.retry_after_s = retry_after_s
+        self.attempts = attempts
+        # The receipt of the failed call (a shared.replies.Receipt), filled by the provider.
+        self.receipt = receipt
+        prefix = f"{provider}: " if provider else ""
+        super().__init__(f"{prefix}{code}: {message}")
+        self.detail = message
+
+
+class LedgerError(DecisionWorkerError):
+    """The ledger cannot give its at-most-once guarantee right now."""
+
+
+class SchemaBehind(LedgerError):
+    """The ledger's schema is behind this code; run ``decisions migrate``."""
+
+
+class JobConflict(LedgerError):
+    """A job id was seen before with different content."""
+
+
+class ResolutionInvalid(DecisionWorkerError):
+    """A reviewer's answer does not fit the question or menu it answers."""
+
+    def __init__(self, problems: list[FieldProblem]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"{p.field}: {p.message}" for p in problems))
+
+
+class EscalationNotFound(DecisionWorkerError):
+    """No open escalation with that id, or another reviewer holds it."""
+
+
+class DecisionError(DecisionWorkerError, ValueError):
+    """The model never produced a valid menu pick (retries exhausted).
+
+    Subclasses ``ValueError`` so that older ``except ValueError`` code still catches it.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        *,
+        attempts: int = 1,
+        reply_head: str = "",
+        errors: list[dict[str, str]] | None = None,
+    ) -> None:
+        self.kind = kind
+        self.message = message
+        self.attempts = attempts
+        self.reply_head = reply_head
+        self.errors = errors or []
+        super().__init__(f"{kind}: {message} (after {attempts} attempt(s))")

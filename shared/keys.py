@@ -1,0 +1,49 @@
+"""Every Redis key and stream name decision-worker uses, in one place."""
+
+from __future__ import annotations
+
+__all__ = [
+    "CELERY_QUEUE",
+    "ESCALATION_GROUP",
+    "ESCALATION_STREAM",
+    "PREFIX",
+    "escalation_claim",
+    "published_marker",
+    "rate_inflight",
+    "rate_window",
+    "reply_stream",
+]
+
+PREFIX = "decisions"
+
+#: The Celery queue the producers publish to and the workers consume.
+CELERY_QUEUE = "decisions"
+
+#: Every escalation is also appended here; reviewers read it through ESCALATION_GROUP.
+ESCALATION_STREAM = f"{PREFIX}:escalations"
+ESCALATION_GROUP = "reviewers"
+
+
+def reply_stream(reply_to: str) -> str:
+    """A job's ``reply_to`` is the stream's name as the producer gave it."""
+    return reply_to
+
+
+def published_marker(stream: str, job_id: str) -> str:
+    """Set, in the same Lua call as the XADD, once a job's terminal message is on ``stream``."""
+    return f"{PREFIX}:published:{stream}:{job_id}"
+
+
+def escalation_claim(escalation_id: str) -> str:
+    """Which reviewer holds an escalation, with a TTL (a vanished reviewer lets go)."""
+    return f"{PREFIX}:escalation-claim:{escalation_id}"
+
+
+def rate_inflight(provider: str) -> str:
+    """Sorted set of in-flight request tokens for a provider, scored by their expiry."""
+    return f"{PREFIX}:limits:{provider}:inflight"
+
+
+def rate_window(provider: str) -> str:
+    """Requests-per-second window of a provider (a sorted set of send times)."""
+    return f"{PREFIX}:limits:{provider}:window"

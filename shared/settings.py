@@ -1,0 +1,106 @@
+"""All of decision-worker's settings, read from ``DECISIONS_*`` variables (and ``.env``).
+
+Provider API keys are the one exception: they are read by their own names
+(``OPENROUTER_API_KEY``, ``PARALLEL_API_KEY``, ``TYPESAFE_API_KEY``, ``OPENAI_API_KEY``, or the
+``key_env`` a host names) at the moment a request is made, and never stored here.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import AliasChoices, BaseModel, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["SystemOneHost", "Settings", "get_settings"]
+
+
+class SystemOneHost(BaseModel):
+    """Any host of the System One contract, configured by base URL (``POST {base}/v1/systemone``)."""
+
+    base_url: str
+    key_env: str
+    default_model: str | None = None
+    models: list[str] = Field(default_factory=list, description="models served; empty = any")
+    #: USD per million input tokens, booked as an estimate when the host reports no cost.
+    price_per_mtok_usd: float | None = None
+    path: str = "/v1/systemone"
+    request_id_header: str | None = None
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="DECISIONS_", env_file=".env", extra="ignore", env_nested_delimiter="__"
+    )
+
+    # --- where things live -------------------------------------------------------------
+    broker_url: str = Field("redis://127.0.0.1:6379/0", description="Celery broker URL")
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0", description="Redis holding reply and escalation streams"
+    )
+    ledger_url: str = Field("sqlite:///./decisions.db", description="SQLAlchemy URL of the ledger")
+    sqlite_busy_timeout_s: float = Field(5.0, description="SQLite busy timeout (several processes)")
+
+    # --- providers ---------------------------------------------------------------------
+    default_provider: str = Field("faux", description="provider of a job that names none")
+    default_model: str | None = Field(None, description="model of a job that names none")
+    provider_timeout_s: float = Field(30.0, description="longest single provider request")
+    max_transport_attempts: int = Field(3, ge=1, le=10, description="sends of a provably unsent request")
+    faux_url: str | None = Field(
+        None, description="base URL of a `decisions faux serve` (unset: the in-process faux)"
+    )
+    faux_latency_ms: float = Field(0.0, ge=0, description="latency of the in-process faux provider")
+    openrouter_base_url: str = "https://openrouter.ai/api"
+    openrouter_default_model: str | None = None
+    typesafe_base_url: str = "https://api.typesafe.ai"
+    typesafe_default_model: str = "jev-latest"
+    typesafe_price_per_mtok_usd: float = 0.042
+    parallel_base_url: str = "https://api.parallel.ai"
+    parallel_list_price_usd: float = Field(
+        0.001,
+        validation_alias=AliasChoices("DECISIONS_PARALLEL_LIST_PRICE_USD", "PARALLEL_LIST_PRICE_USD"),
+    )
+    parallel_modes: list[str] = Field(
+        default_factory=lambda: ["fast"],
+        validation_alias=AliasChoices("DECISIONS_PARALLEL_MODES", "PARALLEL_MODES"),
+    )
+    openai_base_url: str = "https://api.openai.com"
+    openai_default_model: str = "gpt-6-luna"
+    openai_price_per_mtok_usd: float = 0.10
+    systemone_hosts: dict[str, SystemOneHost] = Field(
+        default_factory=dict, description="extra System One hosts, by provider name (JSON)"
+    )
+
+    # --- deadlines and the ledger --------------------------------------------------------
+    default_timeout_s: float = Field(120.0, gt=0, description="deadline of a job that sets none")
+    deadline_ceiling_s: float = Field(900.0, gt=0, description="longest deadline a job may ask")
+    lease_margin_s: float = Field(30.0, ge=0, description="claim lease = deadline + this margin")
+    visibility_timeout_s: float = Field(
+        3600.0, description="broker redelivery timeout; must be well above the deadline ceiling"
+    )
+    publish_marker_ttl_s: int = Field(7 * 24 * 3600, description="how long publish-once holds")
+
+    # --- worker --------------------------------------------------------------------------
+    worker_concurrency: int = Field(2, ge=1, description="Celery worker processes")
+    handlers: list[str] = Field(default_factory=list, description="modules registering handlers")
+    metrics_port: int | None = Field(None, description="Prometheus port (unset: no endpoint)")
+    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: str = "INFO"
+
+    # --- reviewers -----------------------------------------------------------------------
+    escalation_claim_idle_s: float = Field(
+        900.0, description="an escalation claimed this long ago by a silent reviewer returns"
+    )
+
+    @model_validator(mode="after")
+    def _ceiling_above_default(self) -> Settings:
+        if self.default_timeout_s > self.deadline_ceiling_s:
+            raise ValueError("default_timeout_s must not exceed deadline_ceiling_s")
+        return self
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read once. Tests call ``get_settings.cache_clear()``."""
+    return Settings()
