@@ -99,8 +99,11 @@ class DecisionProviderError(DecisionWorkerError):
         retry_after_s: float | None = None,
         attempts: int = 0,
         receipt: Any = None,
+        field: str | None = None,
     ) -> None:
         self.code: ProviderErrorCode = code
+        # The job field an ``invalid_request`` found before sending (``questions.q1.criteria``).
+        self.field = field
         self.provider = provider
         self.status_code = status_code
         self.ref_id = ref_id
