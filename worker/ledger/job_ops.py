@@ -1,0 +1,172 @@
+"""Jobs and their outbox, as SQL on one connection (the caller's transaction).
+
+A job row is opened once per logical job (insert-or-read on the producer's id) and closed
+once: its terminal message is stored in the transaction that records its last call, and
+published afterwards. Storing is first-wins, so every redelivery publishes the same bytes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.engine import Connection, Row
+
+from shared.errors import JobConflict, LedgerError
+from shared.replies import TERMINAL_TYPES
+from worker.ledger.call_ops import record_call, validate_outcome
+from worker.ledger.errors import JobNotFound
+from worker.ledger.models import jobs, to_utc
+from worker.ledger.rows import CallOutcome, JobRow
+from worker.ledger.sql import insert_if_absent
+
+__all__ = [
+    "finish_job",
+    "job_row",
+    "mark_published",
+    "open_job",
+    "read_job",
+    "store_terminal",
+    "unpublished",
+]
+
+
+def job_row(row: Row[Any]) -> JobRow:
+    return JobRow(**row._mapping)
+
+
+def read_job(conn: Connection, job_id: str, *, for_update: bool = False) -> JobRow | None:
+    stmt = select(jobs).where(jobs.c.job_id == job_id)
+    if for_update:
+        # PostgreSQL: concurrent finishers queue on the row. SQLite ignores it; its
+        # IMMEDIATE transactions are serialised already.
+        stmt = stmt.with_for_update()
+    row = conn.execute(stmt).first()
+    return None if row is None else job_row(row)
+
+
+def open_job(
+    conn: Connection,
+    *,
+    job_id: str,
+    kind: str,
+    batch: str | None,
+    reply_to: str,
+    fingerprint: str,
+    deadline: datetime,
+    job_json: str,
+    now: datetime,
+) -> JobRow:
+    insert_if_absent(
+        conn,
+        jobs,
+        {
+            "job_id": job_id,
+            "kind": kind,
+            "batch": batch,
+            "reply_to": reply_to,
+            "fingerprint": fingerprint,
+            "deadline": to_utc(deadline),
+            "job_json": job_json,
+            "created_at": now,
+        },
+    )
+    stored = read_job(conn, job_id)
+    assert stored is not None
+    if stored.fingerprint != fingerprint:
+        raise JobConflict(
+            f"job {job_id} was submitted before with different content "
+            f"(fingerprint {stored.fingerprint[:12]}…, now {fingerprint[:12]}…); "
+            "use a new id for a new job"
+        )
+    # The stored row wins: a redelivery keeps the deadline of the first delivery.
+    return stored
+
+
+def store_terminal(
+    conn: Connection,
+    *,
+    job_id: str,
+    message_type: str,
+    reason: str | None,
+    message_json: str,
+    now: datetime,
+) -> None:
+    conn.execute(
+        update(jobs)
+        .where((jobs.c.job_id == job_id) & jobs.c.terminal_message.is_(None))
+        .values(
+            terminal_type=message_type,
+            terminal_reason=reason,
+            terminal_message=message_json,
+            finished_at=now,
+        )
+    )
+
+
+def finish_job(
+    conn: Connection,
+    *,
+    job_id: str,
+    message_type: str,
+    reason: str | None,
+    message_json: str,
+    outcome: CallOutcome | None,
+    now: datetime,
+) -> JobRow:
+    if message_type not in TERMINAL_TYPES:
+        raise ValueError(
+            f"a terminal message is one of {sorted(TERMINAL_TYPES)}, not {message_type!r}"
+        )
+    if outcome is not None:
+        validate_outcome(outcome)
+    job = read_job(conn, job_id, for_update=True)
+    if job is None:
+        raise JobNotFound(job_id)
+    if job.finished:
+        # First wins: the caller publishes what is stored, never a second version.
+        return job
+    if outcome is not None:
+        record_call(conn, job_id=job_id, outcome=outcome, now=now)
+    store_terminal(
+        conn,
+        job_id=job_id,
+        message_type=message_type,
+        reason=reason,
+        message_json=message_json,
+        now=now,
+    )
+    finished = read_job(conn, job_id)
+    assert finished is not None
+    return finished
+
+
+def mark_published(conn: Connection, *, job_id: str, now: datetime) -> None:
+    changed = conn.execute(
+        update(jobs)
+        .where(
+            (jobs.c.job_id == job_id)
+            & jobs.c.terminal_message.is_not(None)
+            & jobs.c.published_at.is_(None)
+        )
+        .values(published_at=now)
+    ).rowcount
+    if changed == 1:
+        return
+    job = read_job(conn, job_id)
+    if job is None:
+        raise JobNotFound(job_id)
+    if not job.finished:
+        raise LedgerError(f"job {job_id} has no terminal message to publish yet")
+    # Published before: publishing is at least once, the first time stamp stays.
+
+
+def unpublished(conn: Connection, *, limit: int) -> list[JobRow]:
+    stmt = (
+        select(jobs)
+        .where(jobs.c.terminal_type.is_not(None) & jobs.c.published_at.is_(None))
+        .order_by(jobs.c.finished_at, jobs.c.job_id)
+        .limit(limit)
+    )
+    return [job_row(r) for r in conn.execute(stmt)]

@@ -1,0 +1,117 @@
+"""Schema versions: Alembic driven from code, no ``alembic.ini`` needed.
+
+``migrate`` runs ``alembic upgrade head`` on a connection the caller already holds in a
+transaction, so an upgrade is all or nothing and shares the Ledger's engine settings.
+``check_schema`` is what a worker runs at start: it refuses to work on a schema older (or
+newer) than this code, because a worker writing to the wrong columns cannot keep the
+at-most-once promise.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Final
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+from sqlalchemy import Engine, inspect, text
+from sqlalchemy.engine import Connection
+
+from shared.errors import LedgerError, SchemaBehind
+from worker.ledger.engine import make_engine
+
+__all__ = [
+    "MIGRATIONS_DIR",
+    "alembic_config",
+    "check_schema",
+    "current_revision",
+    "head_revision",
+    "migrate",
+]
+
+MIGRATIONS_DIR: Final = Path(__file__).resolve().with_name("migrations")
+_TABLES: Final = ("jobs", "calls")
+# Any fixed key: every worker of a fleet takes the same one, so only one migrates at a time.
+_PG_MIGRATE_LOCK: Final = 0x6C656467  # "ledg"
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """An Alembic config built in code; with ``connection``, env.py migrates on that one."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("path_separator", "os")
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+@lru_cache(maxsize=1)
+def head_revision() -> str:
+    """The revision this code needs (one linear history, so one head)."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    if head is None:  # pragma: no cover - the package always ships 0001
+        raise LedgerError(f"no ledger migrations found in {MIGRATIONS_DIR}")
+    return head
+
+
+def current_revision(target: Connection | Engine | str) -> str | None:
+    """The revision the database is at; None when it was never migrated.
+
+    ``target`` is an open connection, an engine, or a URL (opened and closed here).
+    """
+    if isinstance(target, Connection):
+        return MigrationContext.configure(target).get_current_revision()
+    engine = make_engine(target) if isinstance(target, str) else target
+    try:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    finally:
+        if isinstance(target, str):
+            engine.dispose()
+
+
+def migrate(connection: Connection) -> None:
+    """``alembic upgrade head`` inside the caller's transaction; a no-op when at head."""
+    if connection.dialect.name == "postgresql":
+        # Two workers starting together would both CREATE TABLE; the second one waits here
+        # for the first to commit, then finds the schema at head.
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATE_LOCK})
+    command.upgrade(alembic_config(connection), "head")
+
+
+def check_schema(connection: Connection) -> None:
+    """Raise ``SchemaBehind`` unless the schema is exactly at this code's head."""
+    head = head_revision()
+    current = current_revision(connection)
+    if current is None:
+        raise SchemaBehind(
+            f"ledger schema is at none (no ledger tables), this code needs {head}: "
+            "run `decisions migrate`"
+        )
+    if current != head:
+        if not _known(current):
+            raise LedgerError(
+                f"ledger schema is at {current}, which this code ({head}) does not know: "
+                "it was migrated by a newer release; upgrade this worker"
+            )
+        raise SchemaBehind(
+            f"ledger schema is at {current}, this code needs {head}: run `decisions migrate`"
+        )
+    present = set(inspect(connection).get_table_names())
+    missing = [name for name in _TABLES if name not in present]
+    if missing:
+        raise SchemaBehind(
+            f"ledger schema is at {current} but tables {', '.join(missing)} are missing "
+            "(dropped by hand?): restore them or stamp the schema and run `decisions migrate`"
+        )
+
+
+def _known(revision: str) -> bool:
+    try:
+        return ScriptDirectory.from_config(alembic_config()).get_revision(revision) is not None
+    except CommandError:
+        return False

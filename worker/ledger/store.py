@@ -1,0 +1,304 @@
+"""``Ledger``: the at-most-once record of every paid call, one committed transaction a method.
+
+Every method runs in its own transaction and returns only after it committed, so a ``Claim``
+with ``fresh=True`` is durable before the caller sends a byte. Database errors that mean
+the ledger cannot be reached (or SQLite stayed locked past the busy timeout) are raised as
+``shared.errors.LedgerError``: the caller must not send. Nothing is retried here, because
+whether a retry is safe depends on the step, which only the runner knows.
+
+Create a ``Ledger`` in the process that uses it (after any fork): its engine holds open
+connections, which must never be shared across a fork. A Ledger used in a forked child
+raises ``LedgerError`` rather than corrupt the parent's connections. Within one process a
+Ledger is thread-safe (each transaction checks out its own pooled connection).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from types import TracebackType
+
+from sqlalchemy import Engine, exc
+from sqlalchemy.engine import Connection, make_url
+
+from shared.errors import LedgerError
+from shared.settings import Settings
+from worker.ledger import call_ops, job_ops, schema
+from worker.ledger.engine import READ_ONLY, describe_url, make_engine, translate_error
+from worker.ledger.models import calls, to_utc
+from worker.ledger.report import ledger_status
+from worker.ledger.rows import CallOutcome, CallRow, Claim, JobRow, LedgerStatus
+from worker.ledger.sql import utcnow
+
+__all__ = ["Ledger"]
+
+
+class Ledger:
+    def __init__(
+        self,
+        url: str,
+        *,
+        busy_timeout_s: float = 5.0,
+        echo: bool = False,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self._url = make_url(url)
+        self._engine = make_engine(self._url, busy_timeout_s=busy_timeout_s, echo=echo)
+        self._pid = os.getpid()
+        self._clock = clock
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Ledger:
+        return cls(settings.ledger_url, busy_timeout_s=settings.sqlite_busy_timeout_s)
+
+    # --- plumbing ------------------------------------------------------------------------
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    @property
+    def url(self) -> str:
+        """The ledger's URL with the password hidden, fit for logs."""
+        return describe_url(self._url)
+
+    @property
+    def dialect(self) -> str:
+        return self._engine.dialect.name
+
+    def __repr__(self) -> str:
+        return f"Ledger({self.url!r})"
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.dispose()
+
+    def dispose(self) -> None:
+        """Close the pooled connections (in the creating process only)."""
+        if os.getpid() == self._pid:
+            self._engine.dispose()
+
+    def _now(self) -> datetime:
+        return to_utc(self._clock())
+
+    @contextmanager
+    def _tx(self, *, read_only: bool = False) -> Iterator[Connection]:
+        """One transaction, committed on leaving the block; DB outages become LedgerError."""
+        if os.getpid() != self._pid:
+            raise LedgerError(
+                f"this Ledger was created in process {self._pid} and used in {os.getpid()} "
+                "after a fork; create the Ledger in the process that uses it "
+                "(e.g. in Celery's worker_process_init)"
+            )
+        try:
+            with self._engine.connect() as conn:
+                if read_only:
+                    conn.execution_options(**{READ_ONLY: True})
+                with conn.begin():
+                    yield conn
+        except exc.SQLAlchemyError as error:
+            translated = translate_error(error, self._url)
+            if translated is None:
+                raise
+            raise translated from error
+
+    # --- schema --------------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        """``alembic upgrade head`` in one transaction; safe to run from several workers."""
+        with self._tx() as conn:
+            schema.migrate(conn)
+
+    def check_schema(self) -> None:
+        """Raise ``SchemaBehind`` unless the schema is at this code's head revision."""
+        with self._tx(read_only=True) as conn:
+            schema.check_schema(conn)
+
+    def current_revision(self) -> str | None:
+        with self._tx(read_only=True) as conn:
+            return schema.current_revision(conn)
+
+    @staticmethod
+    def head_revision() -> str:
+        return schema.head_revision()
+
+    # --- jobs ----------------------------------------------------------------------------
+
+    def open_job(
+        self,
+        *,
+        job_id: str,
+        kind: str,
+        batch: str | None,
+        reply_to: str,
+        fingerprint: str,
+        deadline: datetime,
+        job_json: str,
+    ) -> JobRow:
+        """Insert the job or read it back; ``JobConflict`` if its fingerprint differs.
+
+        On redelivery the stored row is returned unchanged: its deadline is the one that
+        counts, whatever this delivery computed.
+        """
+        with self._tx() as conn:
+            return job_ops.open_job(
+                conn,
+                job_id=job_id,
+                kind=kind,
+                batch=batch,
+                reply_to=reply_to,
+                fingerprint=fingerprint,
+                deadline=deadline,
+                job_json=job_json,
+                now=self._now(),
+            )
+
+    def get_job(self, job_id: str) -> JobRow | None:
+        with self._tx(read_only=True) as conn:
+            return job_ops.read_job(conn, job_id)
+
+    def finish_job(
+        self,
+        *,
+        job_id: str,
+        message_type: str,
+        reason: str | None,
+        message_json: str,
+        outcome: CallOutcome | None = None,
+    ) -> JobRow:
+        """Record the last call's outcome (if given) and store the terminal message, at once.
+
+        If the job already has a terminal message, nothing changes (not even ``outcome``)
+        and the stored row is returned: publish its message, not yours. If ``outcome``
+        cannot be recorded (``ClaimLost``: the call was expired meanwhile) the message is
+        not stored either; the runner then finishes the job as the stored call says.
+        """
+        with self._tx() as conn:
+            return job_ops.finish_job(
+                conn,
+                job_id=job_id,
+                message_type=message_type,
+                reason=reason,
+                message_json=message_json,
+                outcome=outcome,
+                now=self._now(),
+            )
+
+    def mark_published(self, job_id: str) -> None:
+        """Note that the terminal message went out; idempotent, the first time stamp stays."""
+        with self._tx() as conn:
+            job_ops.mark_published(conn, job_id=job_id, now=self._now())
+
+    def unpublished(self, limit: int = 1000) -> list[JobRow]:
+        """Finished jobs whose message is not published yet, oldest first (outbox relay)."""
+        with self._tx(read_only=True) as conn:
+            return job_ops.unpublished(conn, limit=limit)
+
+    # --- calls ---------------------------------------------------------------------------
+
+    def claim(
+        self,
+        *,
+        job_id: str,
+        step: str,
+        provider: str,
+        model: str | None,
+        request_sha256: str | None,
+        lease_expires: datetime,
+    ) -> Claim:
+        """Claim the call (job_id, step); committed before this returns.
+
+        ``fresh`` is True for a new call and for the re-claim of a ``not_sent`` one (its
+        ``claims`` counts up); then the caller owns it and may send. Otherwise the stored row
+        comes back untouched and nothing may be sent.
+        """
+        with self._tx() as conn:
+            return call_ops.claim_call(
+                conn,
+                job_id=job_id,
+                step=step,
+                provider=provider,
+                model=model,
+                request_sha256=request_sha256,
+                lease_expires=lease_expires,
+                now=self._now(),
+            )
+
+    def record(self, *, job_id: str, outcome: CallOutcome) -> CallRow:
+        """Close a claimed call with its outcome.
+
+        Only a ``claimed`` row changes. Any other (answered, failed, not_sent, and above all
+        an ``unknown`` a reaper booked after the lease ran out) is left as stored and
+        ``ClaimLost`` is raised carrying it: raising rather than returning, so that a runner
+        cannot mistake a refused write for a recorded one. ``CallNotFound`` if never claimed.
+        """
+        with self._tx() as conn:
+            return call_ops.record_call(conn, job_id=job_id, outcome=outcome, now=self._now())
+
+    def expire_claim(
+        self,
+        *,
+        job_id: str,
+        step: str,
+        now: datetime | None = None,
+        cost_usd: float | None = None,
+        cost_basis: str | None = None,
+    ) -> CallRow:
+        """Book a ``claimed`` call whose lease ended before ``now`` as ``unknown``.
+
+        ``cost_usd``/``cost_basis`` book the list price as an estimate where the provider
+        has one (leave them None for an unknown cost). Returns the current row either way.
+        """
+        moment = self._now() if now is None else to_utc(now)
+        with self._tx() as conn:
+            return call_ops.expire_call(
+                conn,
+                job_id=job_id,
+                step=step,
+                now=moment,
+                cost_usd=cost_usd,
+                cost_basis=cost_basis,
+            )
+
+    def get_call(self, job_id: str, step: str) -> CallRow | None:
+        with self._tx(read_only=True) as conn:
+            return call_ops.read_call(conn, job_id, step)
+
+    def calls(self, job_id: str) -> list[CallRow]:
+        """The job's calls in the order they were first claimed."""
+        with self._tx(read_only=True) as conn:
+            return call_ops.list_calls(
+                conn, calls.c.job_id == job_id, calls.c.claimed_at, calls.c.step
+            )
+
+    def expired_claims(self, now: datetime | None = None) -> list[CallRow]:
+        """Claimed calls whose lease ended before ``now``: a reaper expires each of them."""
+        moment = self._now() if now is None else to_utc(now)
+        with self._tx(read_only=True) as conn:
+            return call_ops.list_calls(
+                conn,
+                (calls.c.status == "claimed") & (calls.c.lease_expires < moment),
+                calls.c.lease_expires,
+                calls.c.job_id,
+                calls.c.step,
+            )
+
+    def unknown_calls(self) -> list[CallRow]:
+        """Calls whose outcome will never be known (each was, or will be, escalated)."""
+        with self._tx(read_only=True) as conn:
+            return call_ops.list_calls(
+                conn, calls.c.status == "unknown", calls.c.finished_at, calls.c.job_id
+            )
+
+    def status(self, batch: str | None = None) -> LedgerStatus:
+        with self._tx(read_only=True) as conn:
+            return ledger_status(conn, batch)
