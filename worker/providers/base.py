@@ -9,6 +9,7 @@ the replay policy and returns the decoded answers with a receipt, or raises
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
@@ -36,6 +37,9 @@ class DecisionRequest:
     model: str | None = None
     #: The ledger key of the call (job id + step); sent as a correlation header, never secret.
     call_key: str | None = None
+    #: Images (experimental): asset key -> PNG/JPEG bytes, referenced by a ``<key>`` token in
+    #: the state or a question (see ``worker.providers.images``).
+    assets: Mapping[str, bytes] | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,528 @@
+"""The replay policy ``never``: send one paid request over HTTP, re-sending it only when it
+provably never reached the provider, or when a 429 says when to come back.
+
+Shared by every decision provider and by the menus' chat-completions runtime, so it knows
+nothing of decision shapes: it takes URL, body bytes and headers, and returns the status,
+headers and body, or raises ``DecisionProviderError`` with a ``code`` naming the phase in
+which the request failed:
+
+==============================================  ===================  =======================
+what happened                                    code                 was anything sent?
+==============================================  ===================  =======================
+key variable unset or empty                      ``configuration``    no
+``ConnectError`` (DNS, refused, TLS),            retried with          no
+``ConnectTimeout``, ``PoolTimeout``              backoff, then
+                                                 ``connection``
+429 with ``Retry-After`` that fits               retried after it      no (the 429 was not
+                                                                       processed)
+429 without one, or one that does not fit,       ``rate_limited``      no
+or with the attempts spent
+``WriteError``/``WriteTimeout``/``ReadError``/   ``outcome_unknown``  maybe: never re-sent
+``ReadTimeout``/``RemoteProtocolError``, 408,
+every 5xx (529 too), the deadline or a cancel
+ending a request in flight
+deadline reached with nothing in flight          ``timeout``          no
+(before an attempt, during a wait, or while
+still connecting)
+401, 403                                         ``auth``             refused by the server
+other 4xx (400, 413, 422, ...)                   ``invalid_request``  refused by the server
+301/302/307/308                                  ``configuration``    not processed (wrong
+                                                                       base URL)
+the host's cancel with nothing in flight         ``aborted``          no
+==============================================  ===================  =======================
+
+Cancellation. An ``asyncio.CancelledError`` from outside is *converted*: to ``aborted`` when
+nothing was in flight (waiting for the limiter, between attempts, still connecting), and to
+``outcome_unknown`` when the request may have left. The runner must learn which, to record
+the ledger row (``not_sent`` vs ``unknown``) before the task unwinds, and a bare
+``CancelledError`` cannot say. The converted error is raised ``from`` the ``CancelledError``
+(``was_cancelled(exc)`` tells) and the task's cancellation request is left pending (we never
+call ``Task.uncancel()``): a runner records the outcome, then re-raises ``CancelledError``
+itself when ``was_cancelled`` is true so that shutdowns and enclosing ``TaskGroup``s still
+unwind.
+
+Secrecy: the key is read by its variable's name at send time, put in one header, and never
+appears in a message, a log line or an error attribute; errors keep only exception class
+names, status codes and the phase. Response bodies of errors are dropped (an ``error_details``
+callback may pick a ``ref_id`` and a short error kind out of them, both sanitised).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import random
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+
+from shared.errors import DecisionProviderError, ProviderErrorCode
+from shared.replies import CostBasis
+from worker.providers.limiter import Limiter, NoLimiter
+
+__all__ = [
+    "AuthSpec",
+    "ErrorDetails",
+    "OutboundRequest",
+    "TransportPolicy",
+    "TransportResponse",
+    "UnknownCost",
+    "parse_retry_after",
+    "read_key",
+    "send_never_replay",
+    "was_cancelled",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Exceptions raised before a single byte of the request left: safe to send again.
+NEVER_SENT: tuple[type[Exception], ...] = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+)
+#: Redirect statuses: a decision API answering one did not process the POST (wrong base URL).
+_REDIRECT_NOT_PROCESSED = frozenset({301, 302, 307, 308})
+_SAFE_REF = re.compile(r"^[A-Za-z0-9._:/\-]{1,128}$")
+_SAFE_KIND = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class AuthSpec:
+    """Where the key comes from (a variable, by name) and how it goes on the wire."""
+
+    env_var: str
+    header: str = "Authorization"
+    #: ``"Bearer"`` sends ``Bearer KEY``; ``None`` sends the key as the header's whole value.
+    scheme: str | None = "Bearer"
+
+
+@dataclass(frozen=True)
+class TransportPolicy:
+    #: Longest single attempt (the provider's own timeout); cut further by the deadline.
+    timeout_s: float = 30.0
+    #: Sends of one request, counting 429 retries and never-sent retries alike.
+    max_attempts: int = 3
+    backoff_base_s: float = 0.2
+    backoff_max_s: float = 2.0
+
+    def backoff_s(self, attempt: int) -> float:
+        """Wait after the ``attempt``-th never-sent failure: exponential, half jittered."""
+        ceiling = min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1))
+        return random.uniform(ceiling / 2, ceiling)  # jitter, not crypto
+
+
+@dataclass(frozen=True)
+class OutboundRequest:
+    method: str
+    url: str
+    body: bytes | None = None
+    #: Headers other than auth; auth is added per attempt from ``AuthSpec``.
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UnknownCost:
+    """What a request whose outcome is unknown is booked at (``None``: unknown, never 0)."""
+
+    usd: float | None = None
+    basis: CostBasis | None = None
+
+
+@dataclass(frozen=True)
+class ErrorDetails:
+    """What may be kept of an error body: the provider's reference and a short error kind."""
+
+    ref_id: str | None = None
+    kind: str | None = None
+
+
+@dataclass(frozen=True)
+class TransportResponse:
+    status_code: int
+    headers: httpx.Headers
+    body: bytes
+    attempts: int
+    elapsed_s: float
+
+
+ErrorDetailsFn = Callable[[int, httpx.Headers, bytes], ErrorDetails]
+
+
+def was_cancelled(exc: BaseException) -> bool:
+    """True when ``exc`` was converted from the host's ``asyncio.CancelledError``."""
+    return isinstance(exc.__cause__, asyncio.CancelledError)
+
+
+def read_key(auth: AuthSpec, provider: str) -> str:
+    """The key, read by its variable's name now; ``configuration`` naming the variable if unset."""
+    key = os.environ.get(auth.env_var, "").strip()
+    if not key:
+        raise DecisionProviderError(
+            "configuration",
+            f"{auth.env_var} is not set; nothing was sent",
+            provider=provider,
+        )
+    return key
+
+
+def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
+    """``Retry-After`` in seconds from now (delta-seconds or an HTTP date); ``None`` if bad."""
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - (now or datetime.now(UTC))).total_seconds()
+    if math.isnan(seconds) or math.isinf(seconds):
+        return None
+    return max(0.0, seconds)
+
+
+class _Phase:
+    """Follows httpcore's trace events to tell "still connecting" from "request may be out".
+
+    Only a connection event *seen* proves nothing was written: a transport that emits no
+    events (a MockTransport, a reused pooled connection before its first event) counts as
+    possibly sent, the safe side.
+    """
+
+    def __init__(self) -> None:
+        self.connecting = False
+        self.sending = False
+
+    async def __call__(self, event: str, info: dict[str, Any]) -> None:
+        if event.endswith(("connect_tcp.started", "connect_unix_socket.started")):
+            self.connecting = True
+        elif event.endswith("send_request_headers.started"):
+            self.sending = True
+
+    @property
+    def provably_unsent(self) -> bool:
+        return self.connecting and not self.sending
+
+
+class _Call:
+    """One request under the policy: the attempt loop and the errors it raises."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        request: OutboundRequest,
+        *,
+        provider: str,
+        deadline: datetime,
+        auth: AuthSpec | None,
+        policy: TransportPolicy,
+        unknown_cost: UnknownCost,
+        error_details: ErrorDetailsFn | None,
+        limiter: Limiter,
+    ) -> None:
+        self.client = client
+        self.request = request
+        self.provider = provider
+        self.auth = auth
+        self.policy = policy
+        self.unknown_cost = unknown_cost
+        self.error_details = error_details
+        self.limiter = limiter
+        self.attempts = 0
+        self.key: str | None = None
+        self.started = time.monotonic()
+        left = (deadline - datetime.now(UTC)).total_seconds()
+        self.deadline_mono = self.started + left
+
+    # --- errors ---------------------------------------------------------------------------
+
+    def _scrub(self, text: str | None) -> str | None:
+        if text is None:
+            return None
+        if self.key and self.key in text:
+            return None
+        return text
+
+    def error(
+        self,
+        code: ProviderErrorCode,
+        message: str,
+        *,
+        status_code: int | None = None,
+        details: ErrorDetails | None = None,
+        retry_after_s: float | None = None,
+        with_cost: bool = False,
+    ) -> DecisionProviderError:
+        ref_id = kind = None
+        if details is not None:
+            ref_id = self._scrub(details.ref_id)
+            kind = self._scrub(details.kind)
+            ref_id = ref_id if ref_id and _SAFE_REF.match(ref_id) else None
+            kind = kind if kind and _SAFE_KIND.match(kind) else None
+        if kind:
+            message = f"{message} ({kind})"
+        if ref_id:
+            message = f"{message}; ref_id {ref_id}"
+        exc = DecisionProviderError(
+            code,
+            message,
+            provider=self.provider,
+            status_code=status_code,
+            ref_id=ref_id,
+            cost_usd=self.unknown_cost.usd if with_cost else None,
+            cost_basis=self.unknown_cost.basis if with_cost else None,
+            retry_after_s=retry_after_s,
+            attempts=self.attempts,
+        )
+        log = logger.warning if code == "outcome_unknown" else logger.info
+        log(
+            "provider %s: %s after %d attempt(s): %s",
+            self.provider, code, self.attempts, message,
+        )
+        return exc
+
+    def remaining(self) -> float:
+        return self.deadline_mono - time.monotonic()
+
+    # --- the loop -------------------------------------------------------------------------
+
+    async def run(self) -> TransportResponse:
+        if self.auth is not None:
+            self.key = read_key(self.auth, self.provider)
+        while True:
+            if self.remaining() <= 0:
+                raise self.error(
+                    "timeout", "the deadline passed before the request could be sent"
+                )
+            response = await self._attempt()
+            if response is not None:
+                return response
+
+    async def _attempt(self) -> TransportResponse | None:
+        """One send. ``None`` means "send again" (after any wait, done here)."""
+        token = await self._acquire()
+        budget = min(self.policy.timeout_s, self.remaining())
+        if budget <= 0:
+            await self.limiter.release(token)
+            raise self.error(
+                "timeout", "the deadline passed waiting for a send slot; nothing was sent"
+            )
+        self.attempts += 1
+        phase = _Phase()
+        cut_by_deadline = budget < self.policy.timeout_s
+        try:
+            try:
+                async with asyncio.timeout(budget):
+                    response = await self.client.send(self._build(budget, phase))
+            finally:
+                await self.limiter.release(token)
+        except asyncio.CancelledError as cancel:
+            if phase.provably_unsent:
+                raise self.error(
+                    "aborted", "cancelled while connecting; nothing was sent"
+                ) from cancel
+            raise self.error(
+                "outcome_unknown", "cancelled while the request was in flight", with_cost=True
+            ) from cancel
+        except TimeoutError:
+            if phase.provably_unsent and not cut_by_deadline:
+                await self._never_sent("ConnectTimeout")
+                return None
+            if phase.provably_unsent:
+                raise self.error(
+                    "timeout", "the deadline passed while connecting; nothing was sent"
+                ) from None
+            reason = "the deadline" if cut_by_deadline else "the provider timeout"
+            raise self.error(
+                "outcome_unknown", f"{reason} ended the request in flight", with_cost=True
+            ) from None
+        except NEVER_SENT as exc:
+            await self._never_sent(type(exc).__name__)
+            return None
+        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+            raise self.error(
+                "configuration", f"bad provider URL ({type(exc).__name__}); nothing was sent"
+            ) from None
+        except httpx.DecodingError as exc:
+            raise self.error(
+                "invalid_response", f"the response could not be decoded ({type(exc).__name__})",
+                with_cost=True,
+            ) from None
+        except Exception as exc:
+            # WriteError, WriteTimeout, ReadError, ReadTimeout, RemoteProtocolError, and
+            # anything unforeseen: the request may have been received, so never again.
+            raise self.error(
+                "outcome_unknown",
+                f"the connection failed after the request may have left ({type(exc).__name__})",
+                with_cost=True,
+            ) from None
+        return await self._classify(response)
+
+    def _build(self, budget: float, phase: _Phase) -> httpx.Request:
+        headers = dict(self.request.headers)
+        if self.auth is not None and self.key is not None:
+            scheme = self.auth.scheme
+            headers[self.auth.header] = f"{scheme} {self.key}" if scheme else self.key
+        return self.client.build_request(
+            self.request.method,
+            self.request.url,
+            content=self.request.body,
+            headers=headers,
+            timeout=httpx.Timeout(max(budget, 0.001)),
+            extensions={"trace": phase},
+        )
+
+    async def _acquire(self) -> object:
+        try:
+            async with asyncio.timeout(max(self.remaining(), 0.0)):
+                return await self.limiter.acquire(self.provider)
+        except asyncio.CancelledError as cancel:
+            raise self.error("aborted", "cancelled before sending; nothing was sent") from cancel
+        except TimeoutError:
+            raise self.error(
+                "timeout", "the deadline passed waiting for a send slot; nothing was sent"
+            ) from None
+
+    async def _wait(self, seconds: float) -> None:
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError as cancel:
+            raise self.error(
+                "aborted", "cancelled between attempts; nothing is in flight"
+            ) from cancel
+
+    async def _never_sent(self, what: str) -> None:
+        if self.attempts >= self.policy.max_attempts:
+            raise self.error(
+                "connection", f"the provider could not be reached ({what}); nothing was sent"
+            )
+        wait = self.policy.backoff_s(self.attempts)
+        if wait >= self.remaining():
+            raise self.error(
+                "timeout",
+                f"the provider could not be reached ({what}) and the deadline leaves no time "
+                "to try again; nothing was sent",
+            )
+        logger.info(
+            "provider %s: attempt %d never sent (%s); again in %.2fs",
+            self.provider, self.attempts, what, wait,
+        )
+        await self._wait(wait)
+
+    async def _classify(self, response: httpx.Response) -> TransportResponse | None:
+        status = response.status_code
+        body = response.content
+        if 200 <= status < 300:
+            return TransportResponse(
+                status, response.headers, body, self.attempts, time.monotonic() - self.started
+            )
+        if status == 429:
+            await self._rate_limited(response)
+            return None
+        if status == 408 or status >= 500:
+            raise self.error(
+                "outcome_unknown",
+                f"status {status}: the provider may have processed the request",
+                status_code=status,
+                with_cost=True,
+            )
+        details = self._details(response)
+        if status in (401, 403):
+            raise self.error(
+                "auth", f"status {status}: the key was refused", status_code=status,
+                details=details,
+            )
+        if status in _REDIRECT_NOT_PROCESSED:
+            raise self.error(
+                "configuration",
+                f"status {status}: redirected, the request was not processed; check the base URL",
+                status_code=status,
+            )
+        if 400 <= status < 500:
+            raise self.error(
+                "invalid_request", f"status {status}: the provider refused the request",
+                status_code=status, details=details,
+            )
+        # 1xx that httpx surfaced or a 3xx that may mean "processed, look elsewhere" (303).
+        raise self.error(
+            "outcome_unknown", f"unexpected status {status}", status_code=status, with_cost=True
+        )
+
+    def _details(self, response: httpx.Response) -> ErrorDetails | None:
+        if self.error_details is None:
+            return None
+        try:
+            return self.error_details(response.status_code, response.headers, response.content)
+        except Exception:
+            return None
+
+    async def _rate_limited(self, response: httpx.Response) -> None:
+        retry_after = parse_retry_after(response.headers.get("retry-after"))
+        if retry_after is not None:
+            await self.limiter.note_retry_after(self.provider, retry_after)
+        if retry_after is None:
+            raise self.error(
+                "rate_limited", "status 429 without Retry-After", status_code=429,
+                details=self._details(response),
+            )
+        if self.attempts >= self.policy.max_attempts:
+            raise self.error(
+                "rate_limited", "status 429 and the attempts are spent", status_code=429,
+                retry_after_s=retry_after, details=self._details(response),
+            )
+        if retry_after >= self.remaining():
+            raise self.error(
+                "rate_limited", "status 429; Retry-After ends past the deadline",
+                status_code=429, retry_after_s=retry_after, details=self._details(response),
+            )
+        logger.info(
+            "provider %s: attempt %d got 429; again in %.2fs (Retry-After)",
+            self.provider, self.attempts, retry_after,
+        )
+        await self._wait(retry_after)
+
+
+async def send_never_replay(
+    client: httpx.AsyncClient,
+    request: OutboundRequest,
+    *,
+    provider: str,
+    deadline: datetime,
+    auth: AuthSpec | None,
+    policy: TransportPolicy | None = None,
+    unknown_cost: UnknownCost | None = None,
+    error_details: ErrorDetailsFn | None = None,
+    limiter: Limiter | None = None,
+) -> TransportResponse:
+    """Send ``request`` under the replay policy ``never``; see the module docstring.
+
+    Returns any 2xx. Every failure is a ``DecisionProviderError`` whose ``attempts`` counts the
+    sends made; an ``outcome_unknown`` one carries ``unknown_cost``.
+    """
+    call = _Call(
+        client,
+        request,
+        provider=provider,
+        deadline=deadline,
+        auth=auth,
+        policy=policy or TransportPolicy(),
+        unknown_cost=unknown_cost or UnknownCost(),
+        error_details=error_details,
+        limiter=limiter or NoLimiter(),
+    )
+    return await call.run()
