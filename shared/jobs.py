@@ -147,6 +147,10 @@ def job_deadline(job: Job, *, default_s: float, ceiling_s: float, now: datetime 
 
 
 def job_fingerprint(job: Job) -> str:
-    """What makes two submissions the same logical job (transport fields left out)."""
-    body = job.model_dump(mode="json", exclude={"submitted_at", "deadline", "timeout_s"})
+    """What makes two submissions the same logical job.
+
+    Transport fields are left out: the same job resubmitted later, or to another reply stream,
+    is the same job, and gets its stored outcome there.
+    """
+    body = job.model_dump(mode="json", exclude={"submitted_at", "deadline", "timeout_s", "reply_to"})
     return digest_of(body)

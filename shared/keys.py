@@ -7,6 +7,8 @@ __all__ = [
     "ESCALATION_GROUP",
     "ESCALATION_STREAM",
     "PREFIX",
+    "REJECTED_STREAM",
+    "RUN_JOBS_TASK",
     "escalation_claim",
     "published_marker",
     "rate_inflight",
@@ -18,6 +20,11 @@ PREFIX = "decisions"
 
 #: The Celery queue the producers publish to and the workers consume.
 CELERY_QUEUE = "decisions"
+#: The one task a producer may name: it runs a chunk of jobs.
+RUN_JOBS_TASK = "decisions.run_jobs"
+
+#: Rejections of jobs whose own ``reply_to`` is unusable land here instead.
+REJECTED_STREAM = f"{PREFIX}:rejected"
 
 #: Every escalation is also appended here; reviewers read it through ESCALATION_GROUP.
 ESCALATION_STREAM = f"{PREFIX}:escalations"

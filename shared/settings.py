@@ -81,6 +81,9 @@ class Settings(BaseSettings):
     )
     publish_marker_ttl_s: int = Field(7 * 24 * 3600, description="how long publish-once holds")
 
+    # --- producers -----------------------------------------------------------------------
+    chunk_size: int = Field(32, ge=1, le=1000, description="jobs per Celery message")
+
     # --- worker --------------------------------------------------------------------------
     worker_concurrency: int = Field(2, ge=1, description="Celery worker processes")
     handlers: list[str] = Field(default_factory=list, description="modules registering handlers")

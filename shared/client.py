@@ -1,0 +1,228 @@
+"""The producer's side: validate and submit jobs, read their replies. Needs ``shared`` only.
+
+    client = Client()                                   # settings from DECISIONS_*
+    report = client.submit_batch(jobs, reply_to="claims-replies")
+    for reply in client.replies("claims-replies", job_ids=report.job_ids):
+        ...                                             # one terminal message per job
+
+Invalid jobs are never put on the queue: their ``rejected`` message, naming each bad field,
+goes straight to the reply stream, and the rest of the batch goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import redis
+from celery import Celery
+
+from shared import keys
+from shared.errors import FieldProblem, JobInvalid
+from shared.jobs import Job, parse_job
+from shared.rejection import rejection_for
+from shared.replies import TERMINAL_TYPES, Reply, parse_reply
+from shared.settings import Settings, get_settings
+from shared.streams import RedisPublisher, ReplyPublisher, follow_stream, read_stream
+
+__all__ = ["Client", "JobChecker", "SubmitReport"]
+
+#: Extra submit-time checks (e.g. the worker's provider registry: is this model served?).
+JobChecker = Callable[[Job], list[FieldProblem]]
+
+
+@dataclass
+class SubmitReport:
+    """What a submit did: the ids queued, and the problems of those rejected at once."""
+
+    job_ids: list[str] = field(default_factory=list)
+    rejected: dict[str, list[FieldProblem]] = field(default_factory=dict)
+    messages: int = 0
+
+    @property
+    def all_ids(self) -> list[str]:
+        return [*self.job_ids, *self.rejected]
+
+
+class Client:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        checker: JobChecker | None = None,
+        redis_client: redis.Redis | None = None,
+        celery_app: Celery | None = None,
+        publisher: ReplyPublisher | None = None,
+    ) -> None:
+        self.settings = settings or get_settings()
+        self.checker = checker
+        self._redis = redis_client
+        self._celery = celery_app
+        self._publisher = publisher
+
+    # --- connections -----------------------------------------------------------------
+    @property
+    def redis(self) -> redis.Redis:
+        if self._redis is None:
+            self._redis = redis.Redis.from_url(self.settings.redis_url)
+        return self._redis
+
+    @property
+    def celery(self) -> Celery:
+        if self._celery is None:
+            app = Celery("decisions-producer", broker=self.settings.broker_url, set_as_current=False)
+            app.conf.update(
+                task_serializer="json",
+                accept_content=["json"],
+                broker_transport_options={"visibility_timeout": self.settings.visibility_timeout_s},
+                broker_connection_retry_on_startup=True,
+            )
+            self._celery = app
+        return self._celery
+
+    @property
+    def publisher(self) -> ReplyPublisher:
+        if self._publisher is None:
+            self._publisher = RedisPublisher(self.redis, ttl_s=self.settings.publish_marker_ttl_s)
+        return self._publisher
+
+    def close(self) -> None:
+        if self._redis is not None:
+            self._redis.close()
+
+    # --- validation ------------------------------------------------------------------
+    def validate(self, raw: Any, *, reply_to: str | None = None, now: datetime | None = None) -> Job:
+        """A submittable job, stamped with its submission time; JobInvalid names bad fields."""
+        now = now or datetime.now(UTC)
+        if reply_to is not None and isinstance(raw, dict):
+            raw = {**raw, "reply_to": reply_to}
+        if isinstance(raw, Job):
+            raw = raw.model_dump(mode="json", exclude_none=True)
+        job = parse_job(raw)
+        problems = self._deadline_problems(job, now)
+        if self.checker is not None:
+            problems.extend(self.checker(job))
+        if problems:
+            raise JobInvalid(problems, job.id)
+        if job.submitted_at is None:
+            job = job.model_copy(update={"submitted_at": now})
+        return job
+
+    def _deadline_problems(self, job: Job, now: datetime) -> list[FieldProblem]:
+        ceiling = self.settings.deadline_ceiling_s
+        problems = []
+        if job.timeout_s is not None and job.timeout_s > ceiling:
+            problems.append(
+                FieldProblem("timeout_s", f"{job.timeout_s:g} s is over the ceiling of {ceiling:g} s")
+            )
+        if job.deadline is not None:
+            if job.deadline <= now:
+                problems.append(FieldProblem("deadline", "is already past"))
+            elif job.deadline > now + timedelta(seconds=ceiling):
+                problems.append(FieldProblem("deadline", f"is more than {ceiling:g} s away"))
+        return problems
+
+    # --- submitting ------------------------------------------------------------------
+    def submit(self, job: Any, *, reply_to: str | None = None) -> SubmitReport:
+        return self.submit_batch([job], reply_to=reply_to)
+
+    def submit_batch(
+        self,
+        jobs: Iterable[Any],
+        *,
+        reply_to: str | None = None,
+        chunk_size: int | None = None,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> SubmitReport:
+        """Validate and enqueue ``jobs`` in chunks of ``chunk_size`` per Celery message."""
+        size = chunk_size or self.settings.chunk_size
+        report = SubmitReport()
+        chunk: list[dict[str, Any]] = []
+        with self.celery.producer_or_acquire() as producer:
+            for raw in jobs:
+                try:
+                    job = self.validate(raw, reply_to=reply_to)
+                except JobInvalid as exc:
+                    self._publish_rejection(raw, exc, reply_to)
+                    report.rejected[exc.job_id or f"line-{len(report.all_ids)}"] = exc.problems
+                    continue
+                chunk.append(job.model_dump(mode="json", exclude_none=True))
+                report.job_ids.append(job.id)
+                if len(chunk) >= size:
+                    self._send_chunk(producer, chunk)
+                    report.messages += 1
+                    if on_progress:
+                        on_progress(len(chunk))
+                    chunk = []
+            if chunk:
+                self._send_chunk(producer, chunk)
+                report.messages += 1
+                if on_progress:
+                    on_progress(len(chunk))
+        return report
+
+    def _send_chunk(self, producer: Any, chunk: list[dict[str, Any]]) -> None:
+        self.celery.send_task(
+            keys.RUN_JOBS_TASK, kwargs={"jobs": chunk}, queue=keys.CELERY_QUEUE, producer=producer
+        )
+
+    def _publish_rejection(self, raw: Any, exc: JobInvalid, reply_to: str | None) -> None:
+        if reply_to is not None and isinstance(raw, dict):
+            raw = {**raw, "reply_to": reply_to}
+        rejection = rejection_for(raw, exc.problems)
+        self.publisher.publish(
+            stream=rejection.stream,
+            job_id=rejection.job_id,
+            message_type="rejected",
+            message_json=rejection.message.to_json(),
+            escalation=False,
+            marker=rejection.marker,
+        )
+
+    # --- replies ---------------------------------------------------------------------
+    def replies(
+        self,
+        stream: str,
+        *,
+        job_ids: Iterable[str] | None = None,
+        follow: bool = False,
+        timeout_s: float | None = None,
+        include_resolutions: bool = False,
+    ) -> Iterator[Reply]:
+        """Terminal messages on ``stream``, each job's once (a re-published duplicate is dropped).
+
+        With ``job_ids``, stops once every one of them has its terminal message (following the
+        stream as needed); with ``follow``, waits for new messages; else reads what is there.
+        """
+        wanted = set(job_ids) if job_ids is not None else None
+        seen: set[tuple[str, str]] = set()
+        done: set[str] = set()
+        give_up = None if timeout_s is None else datetime.now(UTC) + timedelta(seconds=timeout_s)
+        entries: Iterator[Any] = (
+            follow_stream(self.redis, stream, after="0-0")
+            if follow or wanted is not None
+            else read_stream(self.redis, stream)
+        )
+        for entry in entries:
+            if wanted is not None and wanted <= done:
+                return
+            if give_up is not None and datetime.now(UTC) > give_up:
+                raise TimeoutError(f"{len(wanted or ()) - len(done)} job(s) still without a reply")
+            if entry is None:
+                continue
+            key = (entry.job_id, entry.type)
+            if key in seen:
+                continue
+            is_terminal = entry.type in TERMINAL_TYPES
+            if not is_terminal and not (include_resolutions and entry.type == "resolution"):
+                continue
+            if wanted is not None and entry.job_id not in wanted:
+                continue
+            seen.add(key)
+            if is_terminal:
+                done.add(entry.job_id)
+            yield parse_reply(entry.message)
+            if wanted is not None and wanted <= done:
+                return

@@ -1,0 +1,80 @@
+"""The Celery app: ``celery -A worker.app worker`` (or ``decisions worker``).
+
+Its settings follow from the ledger's contract: Celery may deliver a message twice, the ledger
+decides whether anything is sent. JSON only (pickle runs code on load), late ack, requeue when
+a pool process dies, one message reserved at a time, a visibility timeout well above the
+longest deadline, and a soft time limit below the hard one, both above the deadline ceiling.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery, signals
+
+from shared import keys
+from shared.errors import ConfigurationError
+from shared.settings import Settings, get_settings
+
+__all__ = ["app", "check_visibility_timeout", "create_app", "time_limits"]
+
+#: Time a task may take past its jobs' lease (deadline + margin) before the soft limit.
+SOFT_LIMIT_SLACK_S = 60.0
+HARD_LIMIT_SLACK_S = 30.0
+
+
+def time_limits(settings: Settings) -> tuple[float, float]:
+    """(soft, hard) task time limits: a duplicate delivery may wait out a whole lease."""
+    soft = settings.deadline_ceiling_s + settings.lease_margin_s + SOFT_LIMIT_SLACK_S
+    return soft, soft + HARD_LIMIT_SLACK_S
+
+
+def check_visibility_timeout(settings: Settings) -> None:
+    """Refuse a visibility timeout that would redeliver a job while it may still be running."""
+    _soft, hard = time_limits(settings)
+    needed = 2 * hard
+    if settings.visibility_timeout_s < needed:
+        raise ConfigurationError(
+            f"DECISIONS_VISIBILITY_TIMEOUT_S={settings.visibility_timeout_s:g} is not well above "
+            f"the deadline ceiling (DECISIONS_DEADLINE_CEILING_S={settings.deadline_ceiling_s:g}, "
+            f"task hard limit {hard:g} s): set it to at least {needed:g} s"
+        )
+
+
+def create_app(settings: Settings | None = None, **overrides: Any) -> Celery:
+    settings = settings or get_settings()
+    soft, hard = time_limits(settings)
+    celery = Celery("decisions", set_as_current=False)
+    celery.conf.update(
+        broker_url=settings.broker_url,
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        task_ignore_result=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        task_soft_time_limit=soft,
+        task_time_limit=hard,
+        task_default_queue=keys.CELERY_QUEUE,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        worker_hijack_root_logger=False,
+        worker_send_task_events=True,
+        task_send_sent_event=False,
+    )
+    celery.conf.update(overrides)
+    celery.conf.decisions_settings = settings
+    from worker.tasks import register
+
+    register(celery)
+    return celery
+
+
+app = create_app()
+
+
+@signals.worker_init.connect
+def _refuse_bad_visibility(sender: Any = None, **_: Any) -> None:
+    check_visibility_timeout(get_settings())

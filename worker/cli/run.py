@@ -1,0 +1,65 @@
+"""``decisions run FILE.jsonl``: the embedded main job, no servers needed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from shared.settings import get_settings
+from worker.cli.console import console
+from worker.cli.jsonl import read_jobs
+from worker.embedded import RunSummary, run_batch
+
+__all__ = ["register"]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("run")
+    def run(
+        file: Path = typer.Argument(..., exists=True, dir_okay=False, help="a batch, one job per line"),
+        out: Path = typer.Option(Path("out"), "--out", help="where results.jsonl and escalations.jsonl go"),
+    ) -> None:
+        """Run a batch on an in-process worker (memory broker, SQLite ledger here, faux provider)."""
+        settings = get_settings()
+        provider = settings.default_provider
+        if provider == "faux" and not settings.faux_url:
+            console.print("provider: [bold]faux[/] (in-process fake, no request leaves this machine; "
+                          "set DECISIONS_DEFAULT_PROVIDER for a real one)")
+        else:
+            console.print(f"provider: [bold]{provider}[/]")
+        console.print(f"ledger: {settings.ledger_url}")
+        jobs = read_jobs(file)
+        with Progress(
+            TextColumn("[bold]jobs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=console, transient=False,
+        ) as progress:
+            task = progress.add_task("jobs", total=None)
+
+            def on_progress(done: int, total: int) -> None:
+                progress.update(task, completed=done, total=total)
+
+            summary = run_batch(jobs, settings=settings, out_dir=out, on_progress=on_progress)
+        _print_summary(summary)
+
+
+def _print_summary(summary: RunSummary) -> None:
+    table = Table(title="decisions run", show_header=True)
+    table.add_column("outcome")
+    table.add_column("jobs", justify="right")
+    table.add_row("answered", str(summary.by_type["result"]))
+    table.add_row("escalated", str(summary.by_type["escalation"]))
+    for reason, count in sorted(summary.escalation_reasons.items()):
+        table.add_row(f"  {reason}", str(count))
+    table.add_row("rejected", str(summary.by_type["rejected"]))
+    table.add_section()
+    table.add_row("requests sent (this run)", str(summary.requests_sent))
+    table.add_row("cost this run (USD)", f"{summary.cost_usd_this_run:.6f}")
+    table.add_row("cost of all receipts (USD)", f"{summary.cost_usd_total:.6f}")
+    if summary.cost_unknown_calls:
+        table.add_row("calls of unknown cost", str(summary.cost_unknown_calls))
+    console.print(table)
+    for kind, path in summary.outputs.items():
+        console.print(f"{kind}s: {path}")

@@ -1,0 +1,83 @@
+"""Long-running commands: ``decisions worker``, ``decisions faux serve``, ``decisions migrate``."""
+
+from __future__ import annotations
+
+import typer
+
+from shared import keys
+from shared.errors import ConfigurationError, SchemaBehind
+from shared.settings import get_settings
+from worker.cli.console import console, err_console
+from worker.ledger import Ledger
+
+__all__ = ["register"]
+
+faux_app = typer.Typer(help="The fake decision provider (no request leaves this machine).")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(faux_app, name="faux")
+
+    @app.command(
+        "worker",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )
+    def worker(
+        ctx: typer.Context,
+        migrate: bool = typer.Option(False, "--migrate", help="apply ledger migrations first"),
+    ) -> None:
+        """Start a Celery worker with the project's defaults; extra arguments go to Celery."""
+        from worker.app import app as celery_app
+        from worker.app import check_visibility_timeout
+
+        settings = get_settings()
+        try:
+            check_visibility_timeout(settings)
+            ledger = Ledger.from_settings(settings)
+            if migrate:
+                ledger.migrate()
+            ledger.check_schema()
+            ledger.dispose()
+        except (ConfigurationError, SchemaBehind) as exc:
+            err_console.print(f"[red]refusing to start:[/] {exc}")
+            raise typer.Exit(2) from None
+        argv = [
+            "worker",
+            f"--queues={keys.CELERY_QUEUE}",
+            f"--concurrency={settings.worker_concurrency}",
+            f"--loglevel={settings.log_level}",
+            *ctx.args,
+        ]
+        celery_app.worker_main(argv)
+
+    @app.command("migrate")
+    def migrate() -> None:
+        """Bring the ledger's schema up to date (Alembic)."""
+        settings = get_settings()
+        ledger = Ledger.from_settings(settings)
+        ledger.migrate()
+        ledger.check_schema()
+        console.print("ledger schema is up to date")
+
+    @faux_app.command("serve")
+    def faux_serve(
+        host: str = typer.Option("127.0.0.1", "--host"),
+        port: int = typer.Option(8765, "--port"),
+        latency_ms: float = typer.Option(0.0, "--latency-ms", help="delay before each answer"),
+        mode: str = typer.Option("ok", "--mode", help="ok, refuse, rate_limit, status, drop_before_read, "
+                                 "drop_after_read, reset_after_read, garbage, bad_probabilities"),
+        status_code: int | None = typer.Option(None, "--status-code", help="with --mode status"),
+        retry_after: float | None = typer.Option(None, "--retry-after", help="with --mode rate_limit"),
+        fail_first: int | None = typer.Option(None, "--fail-first", help="misbehave for N requests only"),
+    ) -> None:
+        """Serve the fake System One / Parallel / OpenAI Decisions endpoint."""
+        from worker.faux import FauxBehaviour, run_forever
+
+        behaviour = FauxBehaviour(
+            latency_ms=latency_ms,
+            mode=mode,  # type: ignore[arg-type]
+            status_code=status_code,
+            retry_after_s=retry_after,
+            fail_first=fail_first,
+        )
+        run_forever(host, port, behaviour)

@@ -1,0 +1,306 @@
+"""The runner: one job from its raw JSON to its one terminal message, at most once.
+
+    validate (pure) ─▶ open the job row ─▶ claim the call (committed) ─▶ send ─▶
+    record the outcome and the terminal message in one transaction ─▶ publish once
+
+A delivery that finds the job finished re-publishes the stored message; one that finds the
+call claimed, answered, failed or unknown never sends: it replays, waits for the live
+duplicate's lease, or escalates ``decision_interrupted``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import structlog
+
+from shared.errors import DecisionProviderError, FieldProblem, JobConflict, JobInvalid
+from shared.jobs import DecideJob, job_deadline, job_fingerprint, parse_job
+from shared.rejection import rejection_for
+from shared.replies import Answer, EscalationMessage, Receipt, ResultMessage
+from shared.settings import Settings
+from worker.ledger import CallOutcome, CallRow, JobRow, Ledger
+from worker.providers import DecisionRequest, ProviderRegistry
+from worker.providers.base import DecisionProvider, PreparedRequest
+from worker.sinks import ReplySink
+from worker.verdicts import escalation, failure_reason, ledger_status_for, verdict
+
+__all__ = ["DECIDE_STEP", "Runner", "RunnerStats"]
+
+log = structlog.get_logger("decisions.runner")
+
+DECIDE_STEP = "decide"
+#: How often a delivery that found a live duplicate's claim looks again.
+DUPLICATE_POLL_S = 1.0
+
+T = TypeVar("T")
+Message = ResultMessage | EscalationMessage
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class RunnerStats:
+    """What this process sent: calls handed to a provider, and their booked cost."""
+
+    requests_sent: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, receipt: Receipt) -> None:
+        self.requests_sent += 1
+        self.cost_usd += receipt.cost_usd or 0.0
+
+
+class Runner:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        ledger: Ledger,
+        providers: ProviderRegistry,
+        sink: ReplySink,
+    ) -> None:
+        self.settings = settings
+        self.ledger = ledger
+        self.providers = providers
+        self.sink = sink
+        self.stats = RunnerStats()
+
+    async def _db(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
+        # The ledger is synchronous SQLAlchemy; keep the loop free for requests in flight.
+        return await asyncio.to_thread(fn, **kwargs)
+
+    async def run_chunk(self, raws: list[Any]) -> list[str]:
+        """Run a chunk's jobs concurrently; each ends with its own terminal message."""
+        # Every job runs to its end even if one fails (a ledger outage, say); then the first
+        # failure is raised so the chunk is retried, and the finished jobs replay from the ledger.
+        results = await asyncio.gather(*(self.run_one(raw) for raw in raws), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return [r for r in results if isinstance(r, str)]
+
+    async def run_one(self, raw: Any) -> str:
+        """Run one job; returns the type of its terminal message."""
+        try:
+            job = parse_job(raw)
+            provider, prepared = self._prepare(job)
+        except JobInvalid as exc:
+            return await self._reject(raw, exc.problems)
+        try:
+            row = await self._open(job)
+        except JobConflict as exc:
+            return await self._reject(raw, [FieldProblem("id", str(exc))])
+        bound = log.bind(job_id=job.id, batch=job.batch, step=DECIDE_STEP, provider=provider.name)
+        if row.terminal_message is not None:
+            bound.info("job.replayed", outcome=row.terminal_type)
+            return await self._publish(row, job.reply_to)
+        if _now() >= row.deadline:
+            message = escalation(job, "deadline_exceeded", "dequeued after its deadline; nothing sent", [])
+            return await self._finish(job, message, None)
+        claim = await self._db(
+            self.ledger.claim,
+            job_id=job.id,
+            step=DECIDE_STEP,
+            provider=provider.name,
+            model=prepared.model,
+            request_sha256=prepared.request_sha256,
+            lease_expires=row.deadline + timedelta(seconds=self.settings.lease_margin_s),
+        )
+        if not claim.fresh:
+            return await self._settle_existing(job, claim.call)
+        message, outcome = await self._send(job, provider, prepared, row.deadline)
+        bound.info("call.finished", outcome=outcome.status, reason=getattr(message, "reason", None))
+        return await self._finish(job, message, outcome)
+
+    # --- steps -----------------------------------------------------------------------
+    def _prepare(self, job: DecideJob) -> tuple[DecisionProvider, PreparedRequest]:
+        problems = self.providers.check(job.provider, job.model)
+        if problems:
+            raise JobInvalid(problems, job.id)
+        provider = self.providers.get(job.provider or self.providers.default_name)
+        request = DecisionRequest(
+            state=job.state,
+            questions={qid: q.wire() for qid, q in job.questions.items()},
+            model=job.model,
+            call_key=f"{job.id}/{DECIDE_STEP}",
+        )
+        try:
+            return provider, provider.prepare(request, step=DECIDE_STEP)
+        except DecisionProviderError as exc:
+            if exc.code in ("invalid_request", "configuration"):
+                raise JobInvalid([FieldProblem(exc.field or "questions", exc.detail)], job.id) from None
+            raise
+
+    async def _open(self, job: DecideJob) -> JobRow:
+        deadline = job_deadline(
+            job,
+            default_s=self.settings.default_timeout_s,
+            ceiling_s=self.settings.deadline_ceiling_s,
+        )
+        return await self._db(
+            self.ledger.open_job,
+            job_id=job.id,
+            kind=job.kind,
+            batch=job.batch,
+            reply_to=job.reply_to,
+            fingerprint=job_fingerprint(job),
+            deadline=deadline,
+            job_json=job.model_dump_json(),
+        )
+
+    async def _send(
+        self, job: DecideJob, provider: DecisionProvider, prepared: PreparedRequest, deadline: datetime
+    ) -> tuple[Message, CallOutcome]:
+        try:
+            result = await provider.send(prepared, deadline, step=DECIDE_STEP)
+        except DecisionProviderError as exc:
+            receipt = exc.receipt if isinstance(exc.receipt, Receipt) else _bare_receipt(provider, prepared, exc)
+            status = ledger_status_for(exc)
+            receipt = receipt.model_copy(update={"status": status, "error_code": exc.code})
+            if status != "not_sent":
+                self.stats.add(receipt)
+            message: Message = escalation(job, failure_reason(exc), str(exc), [receipt])
+            return message, _outcome(status, receipt, None, exc.code)
+        except asyncio.CancelledError:
+            # Cancelled with the request possibly in flight: its outcome is unknown, for good.
+            receipt = _bare_receipt(provider, prepared, None).model_copy(
+                update={"status": "unknown", "error_code": "aborted"}
+            )
+            message = escalation(job, "decision_interrupted", "cancelled while in flight", [receipt])
+            await asyncio.shield(self._finish(job, message, _outcome("unknown", receipt, None, "aborted")))
+            raise
+        except Exception as exc:
+            # A bug after the claim: whether bytes left is unknown, so never send again.
+            log.exception("call.crashed", job_id=job.id, error=type(exc).__name__)
+            receipt = _bare_receipt(provider, prepared, None).model_copy(
+                update={"status": "unknown", "error_code": "internal"}
+            )
+            message = escalation(job, "decision_interrupted", f"internal error: {type(exc).__name__}", [receipt])
+            return message, _outcome("unknown", receipt, None, "internal")
+        self.stats.add(result.receipt)
+        message = verdict(job, result.answers, [result.receipt])
+        answers_json = json.dumps({qid: a.model_dump(mode="json") for qid, a in result.answers.items()})
+        return message, _outcome("answered", result.receipt, answers_json, None)
+
+    async def _settle_existing(self, job: DecideJob, call: CallRow) -> str:
+        """Another delivery claimed this call: never send; replay, wait for it, or escalate."""
+        while call.status == "claimed":
+            now = _now()
+            if call.lease_expires <= now:
+                call = await self._db(self.ledger.expire_claim, job_id=job.id, step=DECIDE_STEP, now=now)
+                break
+            await asyncio.sleep(min(DUPLICATE_POLL_S, (call.lease_expires - now).total_seconds()))
+            row = await self._db(self.ledger.get_job, job_id=job.id)
+            if row is not None and row.terminal_message is not None:
+                return await self._publish(row, job.reply_to)
+            call = next(c for c in await self._db(self.ledger.calls, job_id=job.id) if c.step == DECIDE_STEP)
+        receipt = _stored_receipt(call)
+        message: Message
+        if call.status == "answered" and call.outcome_json:
+            answers = {qid: Answer.model_validate(a) for qid, a in json.loads(call.outcome_json).items()}
+            message = verdict(job, answers, [receipt])
+        elif call.status == "failed":
+            message = escalation(job, "provider_error", f"the provider failed: {call.error_code}", [receipt])
+        else:
+            message = escalation(
+                job,
+                "decision_interrupted",
+                "a delivery was interrupted with the request possibly sent; it is never sent again",
+                [receipt],
+            )
+        return await self._finish(job, message, None)
+
+    async def _finish(self, job: DecideJob, message: Message, outcome: CallOutcome | None) -> str:
+        row = await self._db(
+            self.ledger.finish_job,
+            job_id=job.id,
+            message_type=message.type,
+            reason=getattr(message, "reason", None),
+            message_json=message.to_json(),
+            outcome=outcome,
+        )
+        return await self._publish(row, job.reply_to)
+
+    async def _publish(self, row: JobRow, stream: str) -> str:
+        """Publish the stored terminal message (first written wins) to this delivery's stream."""
+        assert row.terminal_message is not None and row.terminal_type is not None
+        await self._db(
+            self.sink.publish,
+            stream=stream,
+            job_id=row.job_id,
+            message_type=row.terminal_type,
+            message_json=row.terminal_message,
+            escalation=row.terminal_type == "escalation",
+        )
+        if row.published_at is None:
+            await self._db(self.ledger.mark_published, job_id=row.job_id)
+        return row.terminal_type
+
+    async def _reject(self, raw: Any, problems: list[FieldProblem]) -> str:
+        rejection = rejection_for(raw, problems)
+        log.info("job.rejected", job_id=rejection.job_id, fields=[p.field for p in problems])
+        await self._db(
+            self.sink.publish,
+            stream=rejection.stream,
+            job_id=rejection.job_id,
+            message_type="rejected",
+            message_json=rejection.message.to_json(),
+            escalation=False,
+            marker=rejection.marker,
+        )
+        return "rejected"
+
+
+def _outcome(status: str, receipt: Receipt, outcome_json: str | None, error_code: str | None) -> CallOutcome:
+    return CallOutcome(
+        step=receipt.step,
+        status=status,  # type: ignore[arg-type]
+        receipt_json=receipt.model_dump_json(),
+        outcome_json=outcome_json,
+        cost_usd=receipt.cost_usd,
+        cost_basis=receipt.cost_basis,
+        error_code=error_code,
+    )
+
+
+def _bare_receipt(
+    provider: DecisionProvider, prepared: PreparedRequest, error: DecisionProviderError | None
+) -> Receipt:
+    return Receipt(
+        step=DECIDE_STEP,
+        provider=provider.name,
+        model=prepared.model,
+        status="unknown",
+        request_sha256=prepared.request_sha256,
+        cost_usd=error.cost_usd if error else None,
+        cost_basis=error.cost_basis if error else None,
+        transport_attempts=error.attempts if error else 0,
+        ref_id=error.ref_id if error else None,
+    )
+
+
+def _stored_receipt(call: CallRow) -> Receipt:
+    if call.receipt_json:
+        return Receipt.model_validate_json(call.receipt_json).model_copy(
+            update={"replayed": True, "status": call.status}
+        )
+    return Receipt(
+        step=call.step,
+        provider=call.provider,
+        model=call.model,
+        status=call.status,  # type: ignore[arg-type]
+        request_sha256=call.request_sha256,
+        cost_usd=call.cost_usd,
+        cost_basis=call.cost_basis,  # type: ignore[arg-type]
+        error_code=call.error_code,
+        replayed=True,
+    )
+

@@ -1,0 +1,41 @@
+"""The one task a producer may name: run a chunk of jobs (JSON objects) to their replies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery, Task
+
+from shared import keys
+from shared.errors import LedgerError
+from worker import context
+
+__all__ = ["register", "run_jobs"]
+
+#: Retrying a chunk whose ledger was unavailable is safe: nothing unclaimed was sent.
+LEDGER_RETRY_BACKOFF_MAX_S = 30
+
+
+def run_jobs(jobs: list[Any]) -> list[str]:
+    """Run ``jobs`` concurrently on this process's loop; returns their terminal types."""
+    if not isinstance(jobs, list):
+        jobs = [jobs]
+    ctx = context.current()
+    return ctx.loop.run(ctx.runner.run_chunk(jobs))
+
+
+def register(celery: Celery) -> Task:
+    @celery.task(
+        name=keys.RUN_JOBS_TASK,
+        bind=True,
+        autoretry_for=(LedgerError,),
+        retry_backoff=True,
+        retry_backoff_max=LEDGER_RETRY_BACKOFF_MAX_S,
+        max_retries=None,
+        acks_late=True,
+        reject_on_worker_lost=True,
+    )
+    def _run_jobs(self: Task, jobs: list[Any]) -> list[str]:
+        return run_jobs(jobs)
+
+    return _run_jobs  # type: ignore[no-any-return]
