@@ -1,0 +1,304 @@
+"""What every HTTP decision provider shares: the model check, building the exact request,
+sending it through the replay-never transport, and the receipt of every outcome.
+
+A subclass says how to build its body (``prepare``) and how to read its answers, id, cost
+and evidence; the sending, the error handling and the receipts are here, once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Final
+from urllib.parse import quote
+
+import httpx
+
+from shared.canonical import canonical_bytes, sha256_hex
+from shared.errors import DecisionProviderError
+from shared.replies import Answer, CallStatus, ConfidenceSource, CostBasis, Evidence, Receipt
+from worker.providers.base import (
+    DecisionRequest,
+    PreparedRequest,
+    ProviderLimits,
+    ProviderResult,
+    ReplayPolicy,
+)
+from worker.providers.limiter import Limiter
+from worker.providers.outcomes import call_status
+from worker.providers.transport import (
+    AuthSpec,
+    ErrorDetails,
+    OutboundRequest,
+    TransportPolicy,
+    TransportResponse,
+    UnknownCost,
+    send_never_replay,
+)
+
+__all__ = ["CALL_KEY_HEADER", "HttpDecisionProvider", "estimate_input_tokens"]
+
+#: The ledger key of the call, so a fake (and the fault suite) can count sends per job step.
+CALL_KEY_HEADER: Final = "X-Decisions-Call"
+_HEADER_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%")
+
+
+def estimate_input_tokens(body: bytes) -> int:
+    """About 4 bytes a token, on the exact bytes sent (the common estimate; the faux's too)."""
+    return max(1, len(body) // 4)
+
+
+def header_value(text: str) -> str:
+    """``text`` as a header value: printable ASCII kept, anything else percent-encoded."""
+    return quote(text, safe=_HEADER_SAFE)
+
+
+class HttpDecisionProvider:
+    """Base of the providers that speak HTTP with the replay policy ``never``."""
+
+    replay: ClassVar[ReplayPolicy] = "never"
+    #: Inputs this provider takes on an experimental footing (``image``).
+    experimental_inputs: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        http: httpx.AsyncClient,
+        auth: AuthSpec | None,
+        limits: ProviderLimits,
+        policy: TransportPolicy | None = None,
+        limiter: Limiter | None = None,
+    ) -> None:
+        self.name = name
+        self.limits = limits
+        self._http = http
+        self._auth = auth
+        self._policy = policy or TransportPolicy()
+        self._limiter = limiter
+
+    # --- what a subclass says -------------------------------------------------------------
+
+    def models(self) -> tuple[str, ...]:
+        return ()
+
+    def default_model(self) -> str | None:
+        return None
+
+    @property
+    def key_env(self) -> str | None:
+        """The variable the key is read from (by name, at send time); ``None``: no key."""
+        return self._auth.env_var if self._auth else None
+
+    def prepare(self, request: DecisionRequest, *, step: str = "decide") -> PreparedRequest:
+        raise NotImplementedError
+
+    def _answers(self, prepared: PreparedRequest, body: Any) -> dict[str, Answer]:
+        raise NotImplementedError
+
+    def _decision_id(self, response: TransportResponse, body: Any) -> str | None:
+        return None
+
+    def _cost(
+        self, prepared: PreparedRequest, body: Any
+    ) -> tuple[float | None, CostBasis | None]:
+        return None, None
+
+    def _unknown_cost(self, prepared: PreparedRequest) -> UnknownCost:
+        return UnknownCost()
+
+    def _evidence(self, body: Any) -> list[Evidence]:
+        return []
+
+    def _answered_model(self, prepared: PreparedRequest, body: Any) -> str | None:
+        model = body.get("model") if isinstance(body, dict) else None
+        return model if isinstance(model, str) else prepared.model
+
+    def _error_details(self, status: int, headers: httpx.Headers, body: bytes) -> ErrorDetails:
+        return ErrorDetails()
+
+    async def _before_send(self, prepared: PreparedRequest, deadline: datetime) -> None:
+        """Checks that need I/O but no paid request (the image catalog)."""
+
+    # --- shared helpers -------------------------------------------------------------------
+
+    def resolve_model(self, model: str | None) -> str | None:
+        """The model to ask: the request's or the default; ``invalid_request`` if not served."""
+        chosen = model or self.default_model()
+        served = self.models()
+        if chosen is None and self._model_required():
+            raise DecisionProviderError(
+                "invalid_request",
+                "model: this provider needs a model and has no default; nothing was sent",
+                provider=self.name, field="model",
+            )
+        if chosen is not None and served and chosen not in served:
+            raise DecisionProviderError(
+                "invalid_request",
+                f"model: {chosen!r} is not served here (serves {', '.join(served)}); "
+                "nothing was sent",
+                provider=self.name, field="model",
+            )
+        return chosen
+
+    def _model_required(self) -> bool:
+        return True
+
+    def _prepared(
+        self,
+        request: DecisionRequest,
+        *,
+        model: str | None,
+        url: str,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str] | None = None,
+        hints: Mapping[str, Any] | None = None,
+    ) -> PreparedRequest:
+        data = canonical_bytes(body)
+        sent_headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        sent_headers.update(headers or {})
+        if request.call_key:
+            sent_headers[CALL_KEY_HEADER] = header_value(request.call_key)
+        return PreparedRequest(
+            provider=self.name,
+            model=model,
+            url=url,
+            body=data,
+            request_sha256=sha256_hex(data),
+            question_ids=tuple(request.questions),
+            headers=sent_headers,
+            decode_hints=dict(hints or {}),
+        )
+
+    # --- the seam -------------------------------------------------------------------------
+
+    async def decide(
+        self, request: DecisionRequest, deadline: datetime, *, step: str = "decide"
+    ) -> ProviderResult:
+        return await self.send(self.prepare(request, step=step), deadline, step=step)
+
+    async def send(
+        self, prepared: PreparedRequest, deadline: datetime, *, step: str = "decide"
+    ) -> ProviderResult:
+        if deadline.tzinfo is None:
+            deadline = deadline.replace(tzinfo=UTC)
+        started_at = datetime.now(UTC)
+        t0 = time.monotonic()
+        try:
+            await self._before_send(prepared, deadline)
+            response = await send_never_replay(
+                self._http,
+                OutboundRequest("POST", prepared.url, prepared.body, prepared.headers),
+                provider=self.name,
+                deadline=deadline,
+                auth=self._auth,
+                policy=self._policy,
+                unknown_cost=self._unknown_cost(prepared),
+                error_details=self._error_details,
+                limiter=self._limiter,
+            )
+        except DecisionProviderError as exc:
+            exc.receipt = self._receipt(
+                prepared, step, call_status(exc), started_at, t0,
+                attempts=exc.attempts, cost=(exc.cost_usd, exc.cost_basis),
+                error_code=exc.code, ref_id=exc.ref_id,
+            )
+            raise
+        body: Any = None
+        try:
+            body = json.loads(response.body)
+            answers = self._answers(prepared, body)
+        except (ValueError, DecisionProviderError) as exc:
+            raise self._invalid_response(
+                prepared, step, response, body, exc, started_at, t0
+            ) from None
+        sources: dict[str, ConfidenceSource] = {
+            qid: a.confidence_source for qid, a in answers.items() if a.confidence_source
+        }
+        receipt = self._receipt(
+            prepared, step, "answered", started_at, t0,
+            attempts=response.attempts,
+            cost=self._cost(prepared, body),
+            decision_id=self._decision_id(response, body),
+            model=self._answered_model(prepared, body),
+            confidence_source=sources,
+            evidence=self._evidence(body),
+        )
+        return ProviderResult(answers=answers, receipt=receipt)
+
+    def _invalid_response(
+        self,
+        prepared: PreparedRequest,
+        step: str,
+        response: TransportResponse,
+        body: Any,
+        cause: Exception,
+        started_at: datetime,
+        t0: float,
+    ) -> DecisionProviderError:
+        if isinstance(cause, DecisionProviderError):
+            message = cause.detail
+        else:
+            message = "the response body is not JSON"
+        # The request was answered, so it was paid: book what the body says, or the rule for
+        # a lost outcome when it says nothing readable.
+        try:
+            cost = self._cost(prepared, body) if isinstance(body, dict) else (None, None)
+        except Exception:
+            cost = (None, None)
+        if cost[0] is None:
+            unknown = self._unknown_cost(prepared)
+            cost = (unknown.usd, unknown.basis)
+        try:
+            decision_id = self._decision_id(response, body)
+        except Exception:
+            decision_id = None
+        error = DecisionProviderError(
+            "invalid_response", message, provider=self.name, status_code=response.status_code,
+            cost_usd=cost[0], cost_basis=cost[1], attempts=response.attempts,
+        )
+        error.receipt = self._receipt(
+            prepared, step, "failed", started_at, t0, attempts=response.attempts, cost=cost,
+            error_code="invalid_response", decision_id=decision_id,
+        )
+        return error
+
+    def _receipt(
+        self,
+        prepared: PreparedRequest,
+        step: str,
+        status: CallStatus,
+        started_at: datetime,
+        t0: float,
+        *,
+        attempts: int,
+        cost: tuple[float | None, CostBasis | None],
+        error_code: str | None = None,
+        ref_id: str | None = None,
+        decision_id: str | None = None,
+        model: str | None = None,
+        confidence_source: dict[str, ConfidenceSource] | None = None,
+        evidence: list[Evidence] | None = None,
+    ) -> Receipt:
+        usd, basis = cost
+        return Receipt(
+            step=step,
+            provider=self.name,
+            model=model or prepared.model,
+            decision_id=decision_id,
+            status=status,
+            cost_usd=usd,
+            cost_basis=basis if usd is not None else None,
+            confidence_source=confidence_source or {},
+            evidence=evidence or [],
+            transport_attempts=attempts,
+            started_at=started_at,
+            finished_at=datetime.now(UTC),
+            latency_ms=round((time.monotonic() - t0) * 1000, 3),
+            request_sha256=prepared.request_sha256,
+            error_code=error_code,
+            ref_id=ref_id,
+            replayed=False,
+        )

@@ -1,0 +1,212 @@
+"""Images in decision requests (experimental), as OpenRouter takes them.
+
+Token syntax. A request carries ``assets``: a map of *key* to PNG or JPEG bytes. An image is
+referenced by the token ``<key>`` (angle brackets around an asset key, the seed's
+``"<i1>"``), in the state or in a question's instructions or criteria. A ``<...>`` whose
+inside is not an asset key is plain text. Keys are 1 to 64 of ``A-Z a-z 0-9 _ . -``.
+
+On the wire the tokens stay as written and the images go in the JSON body as ``assets:
+{key: {"type": "image", "format": "png"|"jpeg", "data_base64": ...}}`` with the header
+``TypeSafe-Danger-Zone-Images: true`` (OpenRouter takes JSON only).
+
+Where a token may stand depends on the model:
+
+- Jev (``jev-...``, ``typesafe/jev-...``) reads a token anywhere in the state or a question,
+  and refuses an image outside 280 to 1568 px a side; the provider refuses it first.
+- Every other model reads an image only as a top-level item of an array state. An array
+  state whose tokens are whole items goes as it is; an object state whose tokens are whole
+  top-level values goes as ``[{other fields..., "image_fields": [field, ...]}, "<t1>", ...]``,
+  ``image_fields`` naming, in order, the field each image stood in. A token anywhere else
+  (nested, inside a longer string, in a question) is refused before sending.
+
+Every asset must be referenced (hosts answer an unreferenced one with a 400), and the model
+must take images: that is the catalog's word (``ModelCatalog``), checked at send time
+before the paid request, unless an override says so.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from shared.errors import DecisionProviderError
+
+__all__ = [
+    "DANGER_ZONE_IMAGES_HEADER",
+    "IMAGE_FIELDS_KEY",
+    "JEV_MAX_SIDE_PX",
+    "JEV_MIN_SIDE_PX",
+    "MAX_IMAGE_BYTES",
+    "ImagePlan",
+    "is_jev",
+    "plan_images",
+    "token",
+]
+
+DANGER_ZONE_IMAGES_HEADER: Final = "TypeSafe-Danger-Zone-Images"
+IMAGE_FIELDS_KEY: Final = "image_fields"
+JEV_MIN_SIDE_PX: Final = 280
+JEV_MAX_SIDE_PX: Final = 1568
+MAX_IMAGE_BYTES: Final = 16 * 1024 * 1024
+
+_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_JEV = re.compile(r"(^|/)jev(-|$)")
+_MAGIC: Final[dict[str, bytes]] = {"png": b"\x89PNG\r\n\x1a\n", "jpeg": b"\xff\xd8\xff"}
+
+ImageFormat = Literal["png", "jpeg"]
+
+
+def token(key: str) -> str:
+    """The token that references asset ``key``."""
+    return f"<{key}>"
+
+
+def is_jev(model: str | None) -> bool:
+    return bool(model and _JEV.search(model))
+
+
+@dataclass(frozen=True)
+class ImagePlan:
+    """What an image request sends: the (maybe reshaped) state and the ``assets`` JSON."""
+
+    state: Any
+    assets: dict[str, dict[str, str]]
+
+
+def _refuse(provider: str, field: str, message: str) -> DecisionProviderError:
+    return DecisionProviderError(
+        "invalid_request", f"{field}: {message}; nothing was sent", provider=provider, field=field
+    )
+
+
+def _format_and_size(data: bytes, *, provider: str, field: str) -> tuple[ImageFormat, int, int]:
+    if len(data) > MAX_IMAGE_BYTES:
+        raise _refuse(provider, field, "image over 16 MiB")
+    fmt: ImageFormat
+    if data.startswith(_MAGIC["png"]):
+        fmt = "png"
+    elif data.startswith(_MAGIC["jpeg"]):
+        fmt = "jpeg"
+    else:
+        raise _refuse(provider, field, "an image must be PNG or JPEG")
+    # Imported here: only image requests pay for Pillow.
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            width, height = image.size
+    except (UnidentifiedImageError, OSError):
+        raise _refuse(provider, field, "the image cannot be read") from None
+    return fmt, width, height
+
+
+def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """Every string in a JSON value with its dotted path; object keys included (a criteria
+    key can hold a token)."""
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield f"{path}.{key}", str(key)
+            yield from _strings(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _strings(item, f"{path}.{i}")
+
+
+def _occurrences(
+    state: Any, questions: Mapping[str, Mapping[str, Any]], keys: list[str]
+) -> list[tuple[str, str, str]]:
+    """``(path, string, key)`` for every token found."""
+    places = list(_strings(state, "state"))
+    for qid, question in questions.items():
+        places += _strings(question.get("instructions"), f"questions.{qid}.instructions")
+        places += _strings(question.get("criteria"), f"questions.{qid}.criteria")
+    return [(path, text, key) for path, text in places for key in keys if token(key) in text]
+
+
+def _top_level_positions(state: Any, keys: list[str]) -> dict[str, str]:
+    """The state's paths that hold a whole token as a top-level value or item."""
+    items: list[tuple[str, Any]]
+    if isinstance(state, dict):
+        items = [(f"state.{k}", v) for k, v in state.items()]
+    elif isinstance(state, list):
+        items = [(f"state.{i}", v) for i, v in enumerate(state)]
+    else:
+        items = []
+    tokens = {token(k): k for k in keys}
+    return {
+        path: tokens[value] for path, value in items if isinstance(value, str) and value in tokens
+    }
+
+
+def _reshape(state: dict[str, Any], keys: list[str], provider: str) -> list[Any]:
+    if IMAGE_FIELDS_KEY in state:
+        raise _refuse(
+            provider, f"state.{IMAGE_FIELDS_KEY}",
+            f"an image state cannot have a field named {IMAGE_FIELDS_KEY}",
+        )
+    tokens = {token(k) for k in keys}
+    image_fields = [
+        name for name, value in state.items() if isinstance(value, str) and value in tokens
+    ]
+    head = {name: value for name, value in state.items() if name not in image_fields}
+    head[IMAGE_FIELDS_KEY] = image_fields
+    return [head, *(state[name] for name in image_fields)]
+
+
+def plan_images(
+    state: Any,
+    questions: Mapping[str, Mapping[str, Any]],
+    assets: Mapping[str, bytes],
+    *,
+    model: str | None,
+    provider: str,
+) -> ImagePlan:
+    """Check the images and where their tokens stand for ``model``; raise ``invalid_request``."""
+    if not assets:
+        raise _refuse(provider, "assets", "assets must not be empty")
+    jev = is_jev(model)
+    wire: dict[str, dict[str, str]] = {}
+    for key, data in assets.items():
+        field = f"assets.{key}"
+        if not isinstance(key, str) or not _KEY.match(key):
+            raise _refuse(provider, "assets", "asset keys are 1 to 64 of A-Z a-z 0-9 _ . -")
+        if not isinstance(data, bytes | bytearray):
+            raise _refuse(provider, field, "an asset is the image's bytes")
+        fmt, width, height = _format_and_size(bytes(data), provider=provider, field=field)
+        if jev and not (
+            JEV_MIN_SIDE_PX <= width <= JEV_MAX_SIDE_PX
+            and JEV_MIN_SIDE_PX <= height <= JEV_MAX_SIDE_PX
+        ):
+            raise _refuse(
+                provider, field,
+                f"image is {width}x{height} px; Jev takes {JEV_MIN_SIDE_PX} to "
+                f"{JEV_MAX_SIDE_PX} px a side",
+            )
+        wire[key] = {
+            "type": "image",
+            "format": fmt,
+            "data_base64": base64.b64encode(bytes(data)).decode("ascii"),
+        }
+    keys = list(assets)
+    found = _occurrences(state, questions, keys)
+    referenced = {key for _, _, key in found}
+    for key in keys:
+        if key not in referenced:
+            raise _refuse(provider, f"assets.{key}", f"no {token(key)} token references it")
+    if jev:
+        return ImagePlan(state=state, assets=wire)
+    allowed = _top_level_positions(state, keys)
+    for path, text, key in found:
+        if allowed.get(path) != key or text != token(key):
+            raise _refuse(
+                provider, path,
+                f"model {model!r} reads an image only as a whole top-level value of the state",
+            )
+    sent_state = _reshape(state, keys, provider) if isinstance(state, dict) else state
+    return ImagePlan(state=sent_state, assets=wire)
