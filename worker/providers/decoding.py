@@ -220,7 +220,8 @@ def _number(value: Any, what: str) -> float:
 
 
 def _clamp(value: float) -> float:
-    return min(1.0, max(0.0, value))
+    # Rounded so that 0.61 - 0.39 reads 0.22, not 0.21999999999999997.
+    return round(min(1.0, max(0.0, value)), 6)
 
 
 def _kind(value: Any) -> str:

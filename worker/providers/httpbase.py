@@ -8,6 +8,7 @@ and evidence; the sending, the error handling and the receipts are here, once.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -91,6 +92,15 @@ class HttpDecisionProvider:
     def key_env(self) -> str | None:
         """The variable the key is read from (by name, at send time); ``None``: no key."""
         return self._auth.env_var if self._auth else None
+
+    @property
+    def key_is_set(self) -> bool:
+        """Whether a key would be found now (never the key itself)."""
+        if self._auth is None:
+            return True
+        if self._auth.env_var is None:
+            return bool(self._auth.fixed_key)
+        return bool(os.environ.get(self._auth.env_var, "").strip())
 
     def prepare(self, request: DecisionRequest, *, step: str = "decide") -> PreparedRequest:
         raise NotImplementedError
@@ -283,6 +293,8 @@ class HttpDecisionProvider:
         evidence: list[Evidence] | None = None,
     ) -> Receipt:
         usd, basis = cost
+        if usd is not None:
+            usd = round(usd, 12)  # float noise of price * tokens, well below a micro-dollar
         return Receipt(
             step=step,
             provider=self.name,

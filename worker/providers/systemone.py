@@ -62,6 +62,8 @@ __all__ = [
 TYPESAFE_REQUEST_ID_HEADER: Final = "x-typesafe-request-id"
 #: The faux answers a request naming no model as this one (``worker.faux.wire.DEFAULT_MODEL``).
 FAUX_DEFAULT_MODEL: Final = "faux-1"
+#: The faux wants an auth header but checks no key: this placeholder is all it gets.
+FAUX_KEY: Final = "faux-no-secret"
 #: Base URL of the in-process faux; ``.invalid`` never resolves, so nothing can leave.
 FAUX_IN_PROCESS_URL: Final = "http://faux.invalid"
 #: The contract's own limits (every System One host): 1 to 255 options, 2 to 10 levels.
@@ -126,7 +128,7 @@ class SystemOneConfig:
             name="faux",
             base_url=base,
             key_env=None,
-            default_model=settings.default_model or FAUX_DEFAULT_MODEL,
+            default_model=FAUX_DEFAULT_MODEL,
             images=True,
             catalog_path=CATALOG_PATH,
         )
@@ -155,7 +157,7 @@ class SystemOneProvider(HttpDecisionProvider):
         limiter: Limiter | None = None,
         catalog: ModelCatalog | None = None,
     ) -> None:
-        auth = AuthSpec(config.key_env) if config.key_env else None
+        auth = AuthSpec(config.key_env) if config.key_env else AuthSpec(None, fixed_key=FAUX_KEY)
         super().__init__(
             config.name, http=http, auth=auth, limits=config.limits, policy=policy,
             limiter=limiter,

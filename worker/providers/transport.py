@@ -99,10 +99,13 @@ _SAFE_KIND = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$")
 class AuthSpec:
     """Where the key comes from (a variable, by name) and how it goes on the wire."""
 
-    env_var: str
+    #: The key's variable; ``None`` for a host that takes a fixed, non-secret key (the faux).
+    env_var: str | None
     header: str = "Authorization"
     #: ``"Bearer"`` sends ``Bearer KEY``; ``None`` sends the key as the header's whole value.
     scheme: str | None = "Bearer"
+    #: Sent when ``env_var`` is ``None``: a placeholder the faux insists on, never a secret.
+    fixed_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,12 @@ def was_cancelled(exc: BaseException) -> bool:
 
 def read_key(auth: AuthSpec, provider: str) -> str:
     """The key, read by its variable's name now; ``configuration`` naming the variable if unset."""
+    if auth.env_var is None:
+        if auth.fixed_key:
+            return auth.fixed_key
+        raise DecisionProviderError(
+            "configuration", "no key variable is configured; nothing was sent", provider=provider
+        )
     key = os.environ.get(auth.env_var, "").strip()
     if not key:
         raise DecisionProviderError(
