@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import Connection, Row
 
 from shared.errors import JobConflict, LedgerError
@@ -32,17 +32,40 @@ __all__ = [
 ]
 
 
+_READ = select(jobs).where(jobs.c.job_id == bindparam("k_job"))
+# PostgreSQL: concurrent finishers queue on the row. SQLite ignores FOR UPDATE; its
+# IMMEDIATE transactions are serialised already.
+_READ_FOR_UPDATE = _READ.with_for_update()
+
+_STORE_TERMINAL = (
+    update(jobs)
+    .where((jobs.c.job_id == bindparam("k_job")) & jobs.c.terminal_message.is_(None))
+    .values(
+        terminal_type=bindparam("v_type"),
+        terminal_reason=bindparam("v_reason"),
+        terminal_message=bindparam("v_message"),
+        finished_at=bindparam("v_now"),
+    )
+    .returning(jobs)
+)
+
+_MARK_PUBLISHED = (
+    update(jobs)
+    .where(
+        (jobs.c.job_id == bindparam("k_job"))
+        & jobs.c.terminal_message.is_not(None)
+        & jobs.c.published_at.is_(None)
+    )
+    .values(published_at=bindparam("v_now"))
+)
+
+
 def job_row(row: Row[Any]) -> JobRow:
     return JobRow(**row._mapping)
 
 
 def read_job(conn: Connection, job_id: str, *, for_update: bool = False) -> JobRow | None:
-    stmt = select(jobs).where(jobs.c.job_id == job_id)
-    if for_update:
-        # PostgreSQL: concurrent finishers queue on the row. SQLite ignores it; its
-        # IMMEDIATE transactions are serialised already.
-        stmt = stmt.with_for_update()
-    row = conn.execute(stmt).first()
+    row = conn.execute(_READ_FOR_UPDATE if for_update else _READ, {"k_job": job_id}).first()
     return None if row is None else job_row(row)
 
 
@@ -58,7 +81,7 @@ def open_job(
     job_json: str,
     now: datetime,
 ) -> JobRow:
-    insert_if_absent(
+    inserted = insert_if_absent(
         conn,
         jobs,
         {
@@ -72,8 +95,10 @@ def open_job(
             "created_at": now,
         },
     )
+    if inserted is not None:
+        return job_row(inserted)
     stored = read_job(conn, job_id)
-    assert stored is not None
+    assert stored is not None  # the conflict that stopped the insert
     if stored.fingerprint != fingerprint:
         raise JobConflict(
             f"job {job_id} was submitted before with different content "
@@ -92,17 +117,19 @@ def store_terminal(
     reason: str | None,
     message_json: str,
     now: datetime,
-) -> None:
-    conn.execute(
-        update(jobs)
-        .where((jobs.c.job_id == job_id) & jobs.c.terminal_message.is_(None))
-        .values(
-            terminal_type=message_type,
-            terminal_reason=reason,
-            terminal_message=message_json,
-            finished_at=now,
-        )
-    )
+) -> JobRow | None:
+    """Store the terminal message unless one is stored; the finished row, or None."""
+    row = conn.execute(
+        _STORE_TERMINAL,
+        {
+            "k_job": job_id,
+            "v_type": message_type,
+            "v_reason": reason,
+            "v_message": message_json,
+            "v_now": now,
+        },
+    ).first()
+    return None if row is None else job_row(row)
 
 
 def finish_job(
@@ -129,7 +156,7 @@ def finish_job(
         return job
     if outcome is not None:
         record_call(conn, job_id=job_id, outcome=outcome, now=now)
-    store_terminal(
+    finished = store_terminal(
         conn,
         job_id=job_id,
         message_type=message_type,
@@ -137,21 +164,12 @@ def finish_job(
         message_json=message_json,
         now=now,
     )
-    finished = read_job(conn, job_id)
-    assert finished is not None
+    assert finished is not None  # the row is locked and was not finished
     return finished
 
 
 def mark_published(conn: Connection, *, job_id: str, now: datetime) -> None:
-    changed = conn.execute(
-        update(jobs)
-        .where(
-            (jobs.c.job_id == job_id)
-            & jobs.c.terminal_message.is_not(None)
-            & jobs.c.published_at.is_(None)
-        )
-        .values(published_at=now)
-    ).rowcount
+    changed = conn.execute(_MARK_PUBLISHED, {"k_job": job_id, "v_now": now}).rowcount
     if changed == 1:
         return
     job = read_job(conn, job_id)

@@ -1,0 +1,118 @@
+"""Schema versions: check_schema, idempotent and concurrent migrate, models == migration."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from conftest import pg_url_for_schema
+from sqlalchemy import inspect, text
+
+from shared.errors import LedgerError, SchemaBehind
+from worker.ledger import Ledger, current_revision, head_revision, schema
+from worker.ledger.models import metadata
+
+
+def test_head_revision() -> None:
+    assert head_revision() == "0001"
+    assert Ledger.head_revision() == "0001"
+
+
+def test_check_schema_on_an_empty_database(empty_ledger: Ledger) -> None:
+    with pytest.raises(SchemaBehind) as caught:
+        empty_ledger.check_schema()
+    assert str(caught.value) == (
+        "ledger schema is at none (no ledger tables), this code needs 0001: run `decisions migrate`"
+    )
+
+
+def test_using_an_unmigrated_ledger_says_migrate(empty_ledger: Ledger) -> None:
+    with pytest.raises(SchemaBehind, match="decisions migrate"):
+        empty_ledger.get_job("j")
+
+
+def test_migrate_is_idempotent(empty_ledger: Ledger, ledger_url: str) -> None:
+    assert current_revision(ledger_url) is None
+    empty_ledger.migrate()
+    empty_ledger.migrate()
+    empty_ledger.check_schema()
+    assert empty_ledger.current_revision() == "0001"
+    assert current_revision(ledger_url) == "0001"
+    assert current_revision(empty_ledger.engine) == "0001"
+    tables = set(inspect(empty_ledger.engine).get_table_names())
+    assert {"jobs", "calls", "alembic_version"} <= tables
+
+
+def test_concurrent_migrations(ledger_url: str) -> None:
+    ledgers = [Ledger(ledger_url) for _ in range(4)]
+    barrier = threading.Barrier(len(ledgers))
+    errors: list[BaseException] = []
+
+    def run(ledger: Ledger) -> None:
+        try:
+            barrier.wait()
+            ledger.migrate()
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(lg,)) for lg in ledgers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert errors == []
+        ledgers[0].check_schema()
+    finally:
+        for lg in ledgers:
+            lg.dispose()
+
+
+def test_schema_behind(ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(schema, "head_revision", lambda: "0002")
+    with pytest.raises(SchemaBehind) as caught:
+        ledger.check_schema()
+    assert str(caught.value) == (
+        "ledger schema is at 0001, this code needs 0002: run `decisions migrate`"
+    )
+
+
+def test_schema_ahead(ledger: Ledger) -> None:
+    with ledger.engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    with pytest.raises(LedgerError, match="newer release") as caught:
+        ledger.check_schema()
+    assert not isinstance(caught.value, SchemaBehind)
+
+
+def test_tables_dropped_by_hand(ledger: Ledger) -> None:
+    with ledger.engine.begin() as conn:
+        conn.execute(text("DROP TABLE calls"))
+    with pytest.raises(SchemaBehind, match="calls are missing"):
+        ledger.check_schema()
+
+
+def test_migration_matches_the_models(ledger: Ledger) -> None:
+    with ledger.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), metadata)
+    assert diff == []
+
+
+@pytest.mark.integration
+def test_postgres_version_table_lives_in_the_test_schema(
+    pg_schema: str, pg_admin: Callable[[str], object]
+) -> None:
+    ledger = Ledger(pg_url_for_schema(pg_schema))
+    try:
+        ledger.migrate()
+        rows = pg_admin(
+            "SELECT table_schema, table_name FROM information_schema.tables "
+            "WHERE table_name IN ('jobs', 'calls', 'alembic_version') "
+            f"AND table_schema = '{pg_schema}' ORDER BY table_name"
+        )
+        assert rows == [(pg_schema, "alembic_version"), (pg_schema, "calls"), (pg_schema, "jobs")]
+    finally:
+        ledger.dispose()
