@@ -79,13 +79,16 @@ def _noul(draws: _Draws) -> dict[str, Any]:
 
 
 def _choice(criteria: Mapping[str, Any], draws: _Draws) -> dict[str, Any]:
-    options = list(criteria)
-    shares = _apportion([draws.next() ** 3 + 1e-9 for _ in options], _HUNDRED)
-    best = max(range(len(options)), key=lambda i: (shares[i], -i))
+    # Draws go to options in sorted order: a JSON object's key order is not part of it (and
+    # canonical bytes sort it), so the answer must not change with it.
+    ranked = sorted(criteria)
+    shares = dict(zip(ranked, _apportion([draws.next() ** 3 + 1e-9 for _ in ranked], _HUNDRED),
+                      strict=True))
+    best = max(ranked, key=lambda opt: shares[opt])  # ties: the first in sorted order
     return {
         "type": "choice",
-        "choice": options[best],
-        "probabilities": {opt: s / _HUNDRED for opt, s in zip(options, shares, strict=True)},
+        "choice": best,
+        "probabilities": {opt: shares[opt] / _HUNDRED for opt in criteria},
         "confidence": _confidence(shares[best], draws),
     }
 

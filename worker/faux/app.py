@@ -18,6 +18,7 @@ import secrets
 import time
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import unquote
 
 from pydantic import ValidationError
 
@@ -215,6 +216,9 @@ class FauxProvider:
         self, system_one: wire.Flavour | None, headers: Mapping[str, str], body: bytes
     ) -> tuple[float, Outcome]:
         call_key = headers.get(wire.CALL_KEY_HEADER)
+        if call_key is not None and "%" in call_key:
+            # Providers percent-encode what is not printable ASCII (and "%" itself).
+            call_key = unquote(call_key)
         root = self._behaviour
         behaviour = root.for_call(call_key)
         mode = behaviour.mode
@@ -259,7 +263,7 @@ class FauxProvider:
         if mode in ("rate_limit", "status"):
             if behaviour.retry_after_s is not None:
                 extra["retry-after"] = _retry_after(behaviour.retry_after_s)
-            return error(429 if mode == "rate_limit" else behaviour.status_code)
+            return error(429 if mode == "rate_limit" else behaviour.status)
         if mode == "garbage":
             return FauxResponse(200, {"content-type": "application/json", **extra}, GARBAGE_BODY)
 
@@ -327,7 +331,9 @@ class FauxProvider:
         self,
     ) -> dict[str, dict[str, Callable[[Mapping[str, str], bytes], FauxResponse]]]:
         return {
-            wire.PATH_TYPESAFE_MODELS: {"GET": lambda q, b: json_response(200, typesafe_models())},
+            wire.PATH_TYPESAFE_MODELS: {
+                "GET": lambda q, b: json_response(200, typesafe_models(q.get("output_modalities")))
+            },
             wire.PATH_OPENROUTER_MODELS: {
                 "GET": lambda q, b: json_response(
                     200, openrouter_catalog(q.get("output_modalities"))

@@ -12,7 +12,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["CONNECTION_MODES", "FauxBehaviour", "FauxMode"]
+__all__ = ["CONNECTION_MODES", "DEFAULT_STATUS_CODE", "FauxBehaviour", "FauxMode"]
+
+DEFAULT_STATUS_CODE = 500
 
 FauxMode = Literal[
     "ok",
@@ -50,7 +52,8 @@ class FauxBehaviour(BaseModel):
     mode: FauxMode = "ok"
     refuse_questions: tuple[str, ...] = ()
     retry_after_s: float | None = Field(default=None, ge=0.0)
-    status_code: int = Field(default=500, ge=400, le=599)
+    #: ``None`` is ``DEFAULT_STATUS_CODE`` (so a CLI can pass its unset option through).
+    status_code: int | None = Field(default=None, ge=400, le=599)
     fail_first: int | None = Field(default=None, ge=0)
     overrides: dict[str, FauxBehaviour] = Field(default_factory=dict)
 
@@ -59,6 +62,11 @@ class FauxBehaviour(BaseModel):
         if any(o.overrides for o in self.overrides.values()):
             raise ValueError("an override cannot have overrides of its own")
         return self
+
+    @property
+    def status(self) -> int:
+        """The status ``mode="status"`` answers with."""
+        return self.status_code or DEFAULT_STATUS_CODE
 
     @property
     def latency_s(self) -> float:

@@ -1,9 +1,10 @@
 """Image assets as OpenRouter takes them (experimental): checked, never looked at.
 
 A request with ``assets`` (``{key: {"type": "image", "format": "png"|"jpeg",
-"data_base64": ...}}``) needs the danger-zone header, an image-capable model, images of
-280 to 1568 px a side and at most 16 MiB, and every key referenced by a token from the
-state, the instructions or the criteria; anything else is a 400, as the hosts answer.
+"data_base64": ...}}``) needs the danger-zone header, an image-capable model, images of at
+most 16 MiB (and, for Jev, 280 to 1568 px a side: Jev does not resize), and every key
+referenced by a token from the state, the instructions or the criteria; anything else is a
+400, as the hosts answer.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from . import wire
-from .catalog import takes_images
+from .catalog import is_jev, takes_images
 from .validate import RequestProblem
 
 __all__ = ["MAX_IMAGE_BYTES", "MAX_SIDE_PX", "MIN_SIDE_PX", "check_images", "references"]
@@ -60,7 +61,7 @@ def _referencing_strings(body: Mapping[str, Any]) -> list[str]:
     return found
 
 
-def _check_image(key: str, asset: Any) -> None:
+def _check_image(key: str, asset: Any, *, jev: bool) -> None:
     loc = ("assets", key)
     if not isinstance(asset, dict) or asset.get("type") != "image":
         raise RequestProblem("an asset is {type: image, format, data_base64}", loc)
@@ -79,7 +80,7 @@ def _check_image(key: str, asset: Any) -> None:
     if not data.startswith(_MAGIC[fmt]):
         raise RequestProblem(f"data is not a {fmt} image", loc)
     width, height = _size(data, loc)
-    if not (MIN_SIDE_PX <= width <= MAX_SIDE_PX and MIN_SIDE_PX <= height <= MAX_SIDE_PX):
+    if jev and not (MIN_SIDE_PX <= width <= MAX_SIDE_PX and MIN_SIDE_PX <= height <= MAX_SIDE_PX):
         raise RequestProblem(
             f"image is {width}x{height}; each side must be {MIN_SIDE_PX} to {MAX_SIDE_PX} px",
             loc,
@@ -108,10 +109,12 @@ def check_images(body: Mapping[str, Any], headers: Mapping[str, str], model: str
         raise RequestProblem(
             f"image assets need the {wire.DANGER_ZONE_IMAGES_HEADER}: true header", ("assets",)
         )
-    if not takes_images(model or wire.DEFAULT_MODEL):
+    model = model or wire.DEFAULT_MODEL
+    if not takes_images(model):
         raise RequestProblem(f"model {model!r} does not take image input", ("model",))
     texts = _referencing_strings(body)
+    jev = is_jev(model)
     for key, asset in assets.items():
-        _check_image(key, asset)
+        _check_image(key, asset, jev=jev)
         if not any(references(key, text) for text in texts):
             raise RequestProblem("asset is not referenced by any token", ("assets", key))
