@@ -31,12 +31,8 @@ BACKENDS = [
 ]
 
 
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
 def later(seconds: float = 60.0) -> datetime:
-    return now() + timedelta(seconds=seconds)
+    return datetime.now(UTC) + timedelta(seconds=seconds)
 
 
 def pg_url_for_schema(schema: str, *options: str) -> str:
@@ -153,3 +149,13 @@ def claim(ledger: Ledger) -> Callable[..., Claim]:
         )
 
     return make
+
+
+@pytest.fixture
+def pg_url(pg_schema: str) -> Callable[..., str]:
+    """The URL of this test's schema, with extra ``-c`` options if given."""
+
+    def url(*options: str) -> str:
+        return pg_url_for_schema(pg_schema, *options)
+
+    return url

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
-from conftest import later, now
 
 from shared.errors import LedgerError
 from worker.ledger import (
@@ -20,6 +20,15 @@ from worker.ledger import (
     Ledger,
 )
 
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def later(seconds: float = 60.0) -> datetime:
+    return datetime.now(UTC) + timedelta(seconds=seconds)
+
+
 NewJob = Callable[..., JobRow]
 ClaimFn = Callable[..., Claim]
 
@@ -27,8 +36,8 @@ OUTCOMES = ["answered", "failed", "not_sent", "unknown"]
 TERMINAL = ["answered", "failed", "unknown"]
 
 
-def outcome(status: str, step: str = "decide", **fields: object) -> CallOutcome:
-    values: dict[str, object] = {
+def outcome(status: str, step: str = "decide", **fields: Any) -> CallOutcome:
+    values: dict[str, Any] = {
         "receipt_json": f'{{"status": "{status}"}}',
         "outcome_json": '{"answers": {}}' if status == "answered" else None,
         "cost_usd": 0.002 if status != "not_sent" else None,
@@ -166,7 +175,7 @@ def test_record_without_claim(ledger: Ledger, new_job: NewJob) -> None:
     ],
 )
 def test_record_rejects_impossible_outcomes(
-    ledger: Ledger, new_job: NewJob, claim: ClaimFn, fields: dict[str, object], message: str
+    ledger: Ledger, new_job: NewJob, claim: ClaimFn, fields: dict[str, Any], message: str
 ) -> None:
     job = new_job()
     claim(job.job_id)

@@ -11,12 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import later, pg_url_for_schema
 from sqlalchemy import event, text
 
 from shared.errors import LedgerError
 from shared.settings import Settings
 from worker.ledger import Ledger
+
+
+def later(seconds: float = 60.0) -> datetime:
+    return datetime.now(UTC) + timedelta(seconds=seconds)
 
 
 def sqlite_ledger(tmp_path: Path, **kw: Any) -> Ledger:
@@ -38,7 +41,9 @@ def open_one(ledger: Ledger, job_id: str = "j") -> None:
 
 
 def test_from_settings(tmp_path: Path) -> None:
-    settings = Settings(ledger_url=f"sqlite:///{tmp_path / 's.db'}", sqlite_busy_timeout_s=1.5)
+    settings = Settings.model_validate(
+        {"ledger_url": f"sqlite:///{tmp_path / 's.db'}", "sqlite_busy_timeout_s": 1.5}
+    )
     ledger = Ledger.from_settings(settings)
     try:
         with ledger.engine.connect() as conn:
@@ -143,13 +148,13 @@ def test_postgres_unreachable_fails_closed_without_password() -> None:
 
 @pytest.mark.integration
 def test_postgres_reconnects_after_the_server_dropped_a_connection(
-    pg_schema: str, pg_admin: Callable[[str], Any]
+    pg_url: Callable[..., str], pg_admin: Callable[[str], Any]
 ) -> None:
-    ledger = Ledger(pg_url_for_schema(pg_schema))
+    ledger = Ledger(pg_url())
     try:
         ledger.migrate()
         with ledger.engine.connect() as conn:
-            pid = conn.execute(text("SELECT pg_backend_pid()")).scalar()
+            pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
         pg_admin(f"SELECT pg_terminate_backend({int(pid)})")  # the pooled connection dies
         open_one(ledger)  # pool_pre_ping replaced it
         assert ledger.get_job("j") is not None
@@ -159,14 +164,14 @@ def test_postgres_reconnects_after_the_server_dropped_a_connection(
 
 @pytest.mark.integration
 def test_postgres_connection_lost_mid_transaction_raises(
-    pg_schema: str, pg_admin: Callable[[str], Any]
+    pg_url: Callable[..., str], pg_admin: Callable[[str], Any]
 ) -> None:
-    ledger = Ledger(pg_url_for_schema(pg_schema))
+    ledger = Ledger(pg_url())
     try:
         ledger.migrate()
         open_one(ledger)
         with pytest.raises(LedgerError, match="ledger unavailable"), ledger._tx() as conn:
-            pid = conn.execute(text("SELECT pg_backend_pid()")).scalar()
+            pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
             pg_admin(f"SELECT pg_terminate_backend({int(pid)})")
             conn.execute(text("UPDATE jobs SET batch = 'x'"))
         assert ledger.get_job("j").batch is None  # type: ignore[union-attr]
@@ -175,9 +180,9 @@ def test_postgres_connection_lost_mid_transaction_raises(
 
 
 @pytest.mark.integration
-def test_postgres_session_time_zone_does_not_leak(pg_schema: str) -> None:
-    ledger = Ledger(pg_url_for_schema(pg_schema))
-    tokyo = Ledger(pg_url_for_schema(pg_schema, "-ctimezone=Asia/Tokyo"))
+def test_postgres_session_time_zone_does_not_leak(pg_url: Callable[..., str]) -> None:
+    ledger = Ledger(pg_url())
+    tokyo = Ledger(pg_url("-ctimezone=Asia/Tokyo"))
     try:
         ledger.migrate()
         deadline = datetime(2030, 1, 1, 9, 30, tzinfo=timezone(timedelta(hours=-5)))

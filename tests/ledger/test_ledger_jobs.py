@@ -7,12 +7,20 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-from conftest import later, now
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from shared.errors import JobConflict, LedgerError
 from worker.ledger import CallOutcome, Claim, ClaimLost, JobNotFound, JobRow, Ledger, job_ops
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def later(seconds: float = 60.0) -> datetime:
+    return datetime.now(UTC) + timedelta(seconds=seconds)
+
 
 NewJob = Callable[..., JobRow]
 ClaimFn = Callable[..., Claim]

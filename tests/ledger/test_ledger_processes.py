@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from worker.ledger import CallOutcome, Ledger
+from worker.ledger import CallOutcome, Ledger, OutcomeStatus
 
 PROCESSES = 4
 KEYS = 1000
@@ -47,7 +47,9 @@ def hammer(url: str, index: int, start: Any, out: Any) -> None:
         fresh.append((job_id, claim.call.claims))
         key = int(job_id.split("-")[1])
         # Even keys fail to connect on their first claim, so another claim must send them.
-        status = "not_sent" if key % 2 == 0 and claim.call.claims == 1 else "answered"
+        status: OutcomeStatus = (
+            "not_sent" if key % 2 == 0 and claim.call.claims == 1 else "answered"
+        )
         ledger.record(
             job_id=job_id,
             outcome=CallOutcome(step="decide", status=status, receipt_json=f'{{"by": {index}}}'),

@@ -8,7 +8,6 @@ from collections.abc import Callable
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from conftest import pg_url_for_schema
 from sqlalchemy import inspect, text
 
 from shared.errors import LedgerError, SchemaBehind
@@ -103,9 +102,9 @@ def test_migration_matches_the_models(ledger: Ledger) -> None:
 
 @pytest.mark.integration
 def test_postgres_version_table_lives_in_the_test_schema(
-    pg_schema: str, pg_admin: Callable[[str], object]
+    pg_schema: str, pg_url: Callable[..., str], pg_admin: Callable[[str], object]
 ) -> None:
-    ledger = Ledger(pg_url_for_schema(pg_schema))
+    ledger = Ledger(pg_url())
     try:
         ledger.migrate()
         rows = pg_admin(

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest import now
 
 from worker.ledger import CallOutcome, Claim, JobRow, Ledger
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
 
 NewJob = Callable[..., JobRow]
 ClaimFn = Callable[..., Claim]
