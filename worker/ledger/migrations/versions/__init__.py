@@ -1,0 +1,1 @@
+"""Ledger schema revisions, applied in order by Alembic."""
