@@ -91,6 +91,8 @@ NEVER_SENT: tuple[type[Exception], ...] = (
 )
 #: Redirect statuses: a decision API answering one did not process the POST (wrong base URL).
 _REDIRECT_NOT_PROCESSED = frozenset({301, 302, 307, 308})
+#: How much longer than httpx's per-phase timeout the whole attempt may take.
+_OUTER_GRACE_S = 0.05
 _SAFE_REF = re.compile(r"^[A-Za-z0-9._:/\-]{1,128}$")
 _SAFE_KIND = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$")
 
@@ -336,7 +338,10 @@ class _Call:
         cut_by_deadline = budget < self.policy.timeout_s
         try:
             try:
-                async with asyncio.timeout(budget):
+                # httpx enforces ``budget`` per phase and says which phase ran out; this outer
+                # bound (a hair longer, so httpx's own answer wins a tie) caps the attempt's
+                # total when several phases each take part of it.
+                async with asyncio.timeout(budget + _OUTER_GRACE_S):
                     response = await self.client.send(self._build(budget, phase))
             finally:
                 await self.limiter.release(token)
@@ -361,8 +366,21 @@ class _Call:
                 "outcome_unknown", f"{reason} ended the request in flight", with_cost=True
             ) from None
         except NEVER_SENT as exc:
+            if cut_by_deadline and isinstance(exc, httpx.TimeoutException):
+                raise self.error(
+                    "timeout",
+                    f"the deadline passed before the request left ({type(exc).__name__}); "
+                    "nothing was sent",
+                ) from None
             await self._never_sent(type(exc).__name__)
             return None
+        except (httpx.ReadTimeout, httpx.WriteTimeout) as exc:
+            reason = "the deadline" if cut_by_deadline else "the provider timeout"
+            raise self.error(
+                "outcome_unknown",
+                f"{reason} ended the request in flight ({type(exc).__name__})",
+                with_cost=True,
+            ) from None
         except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
             raise self.error(
                 "configuration", f"bad provider URL ({type(exc).__name__}); nothing was sent"
