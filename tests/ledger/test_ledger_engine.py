@@ -15,7 +15,7 @@ from sqlalchemy import event, text
 
 from shared.errors import LedgerError
 from shared.settings import Settings
-from worker.ledger import Ledger
+from worker.ledger import Ledger, LedgerUnavailable
 
 
 def later(seconds: float = 60.0) -> datetime:
@@ -93,7 +93,7 @@ def test_sqlite_lock_waits_then_fails_closed(tmp_path: Path) -> None:
         # Readers are not blocked by a writer in WAL mode.
         assert ledger.get_job("j") is not None
         started = time.monotonic()
-        with pytest.raises(LedgerError, match="database is locked") as caught:
+        with pytest.raises(LedgerUnavailable, match="database is locked") as caught:
             ledger.claim(
                 job_id="j",
                 step="decide",
@@ -137,7 +137,7 @@ def test_postgres_unreachable_fails_closed_without_password() -> None:
             ),
             ledger.check_schema,
         ):
-            with pytest.raises(LedgerError) as caught:
+            with pytest.raises(LedgerUnavailable) as caught:
                 attempt()
             message = str(caught.value)
             assert message.startswith("ledger unavailable at postgresql+psycopg://worker:***@")
@@ -170,7 +170,7 @@ def test_postgres_connection_lost_mid_transaction_raises(
     try:
         ledger.migrate()
         open_one(ledger)
-        with pytest.raises(LedgerError, match="ledger unavailable"), ledger._tx() as conn:
+        with pytest.raises(LedgerUnavailable, match="ledger unavailable"), ledger._tx() as conn:
             pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
             pg_admin(f"SELECT pg_terminate_backend({int(pid)})")
             conn.execute(text("UPDATE jobs SET batch = 'x'"))

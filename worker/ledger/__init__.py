@@ -5,7 +5,7 @@
 engine settings, and why, in ``engine``; schema versions in ``schema`` and ``migrations/``.
 """
 
-from worker.ledger.errors import CallNotFound, ClaimLost, JobNotFound
+from worker.ledger.errors import CallNotFound, ClaimLost, JobNotFound, LedgerUnavailable
 from worker.ledger.rows import (
     CALL_STATUSES,
     OUTCOME_STATUSES,
@@ -35,6 +35,7 @@ __all__ = [
     "JobRow",
     "Ledger",
     "LedgerStatus",
+    "LedgerUnavailable",
     "OutcomeStatus",
     "current_revision",
     "head_revision",

@@ -28,6 +28,7 @@ from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from shared.errors import LedgerError, SchemaBehind
+from worker.ledger.errors import LedgerUnavailable
 
 __all__ = ["READ_ONLY", "describe_url", "make_engine", "translate_error"]
 
@@ -88,14 +89,16 @@ def translate_error(error: exc.SQLAlchemyError, url: str | URL) -> LedgerError |
     which any password is scrubbed too (drivers sometimes echo connection strings).
     """
     if isinstance(error, exc.TimeoutError):
-        return LedgerError(f"ledger unavailable at {describe_url(url)}: connection pool exhausted")
+        return LedgerUnavailable(
+            f"ledger unavailable at {describe_url(url)}: connection pool exhausted"
+        )
     if not isinstance(error, exc.DBAPIError):
         return None
     detail = _driver_detail(error, url)
     if _missing_table(error):
         return SchemaBehind(f"ledger tables are missing ({detail}): run `decisions migrate`")
     if isinstance(error, exc.OperationalError | exc.InterfaceError) or error.connection_invalidated:
-        return LedgerError(f"ledger unavailable at {describe_url(url)}: {detail}")
+        return LedgerUnavailable(f"ledger unavailable at {describe_url(url)}: {detail}")
     return None
 
 

@@ -1,6 +1,15 @@
 """The ledger's own refinements of ``shared.errors.LedgerError``.
 
-Both stay inside the one exception tree: ``except LedgerError`` still catches them.
+All stay inside the one exception tree: ``except LedgerError`` still catches them::
+
+    LedgerError (shared.errors)
+    ├── LedgerUnavailable   the database cannot be reached or stayed locked: retry later
+    ├── ClaimLost           an outcome for a call that is no longer claimed (not written)
+    ├── CallNotFound        no such call was ever claimed (a bug in the caller)
+    └── JobNotFound         no such job was ever opened (a bug in the caller)
+
+Only ``LedgerUnavailable`` is worth retrying as such; the others say something about the
+rows, which a retry of the same step will not change.
 """
 
 from __future__ import annotations
@@ -8,7 +17,14 @@ from __future__ import annotations
 from shared.errors import LedgerError
 from worker.ledger.rows import CallRow
 
-__all__ = ["CallNotFound", "ClaimLost", "JobNotFound"]
+__all__ = ["CallNotFound", "ClaimLost", "JobNotFound", "LedgerUnavailable"]
+
+
+class LedgerUnavailable(LedgerError):
+    """The ledger's database cannot be reached, or SQLite stayed locked past the busy timeout.
+
+    Nothing was committed by the statement that failed; the caller must not send.
+    """
 
 
 class CallNotFound(LedgerError):
