@@ -4,19 +4,24 @@
 ``handle_async`` wait out the delay (blocking or with asyncio) and return the outcome. The
 server and the in-process transport both play outcomes; neither decides anything.
 
-Decision endpoints, in the order a request meets them: the behaviour's ``fail_first``
-budget, ``drop_before_read`` (not counted: nothing was read), counting by body digest and
-call key, latency, the connection-level modes, size, auth, the error modes, validation
-(with images), then the answer (``ok``, ``refuse``, ``bad_probabilities``).
+Decision endpoints, in the order a request meets them: its *admission* once its head is
+in (which behaviour applies, and whether ``fail_first`` leaves its mode in force), where
+``drop_before_read`` ends it (not counted: the body was never read); then counting by body
+digest and call key, latency, the connection-level modes, size, auth, the error modes,
+validation (with images), and the answer (``ok``, ``refuse``, ``bad_probabilities``).
+Control endpoints (``/_faux/...``) and catalogs never misbehave, so a test can always
+reach them, whatever the behaviour.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import secrets
 import time
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote
 
@@ -25,7 +30,7 @@ from pydantic import ValidationError
 from shared.canonical import digest_of, sha256_hex
 
 from . import wire
-from .behaviour import FauxBehaviour
+from .behaviour import FauxBehaviour, FauxMode
 from .catalog import openrouter_catalog, typesafe_models
 from .counters import Counters
 from .envelopes import error_body
@@ -43,7 +48,7 @@ from .validate import RequestProblem, check_openai, check_parallel, check_system
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["FauxProvider"]
+__all__ = ["Admission", "FauxProvider"]
 
 #: ``garbage``: a 200 that claims JSON and is not (a truncated body, as a cut proxy gives).
 GARBAGE_BODY: Final = b'{"answers": {"q": <faux garbage'
@@ -54,6 +59,9 @@ _SYSTEM_ONE_FLAVOURS: Final[dict[str, wire.Flavour]] = {
 }
 
 _NO_JSON: Final = object()
+_INTERNAL_ERROR_HEADER: Final = "x-faux-internal-error"
+
+logger = logging.getLogger(__name__)
 
 
 def _reject_constant(name: str) -> Any:
@@ -92,6 +100,35 @@ def _question_ids(flavour: wire.Flavour, body: Mapping[str, Any]) -> list[str]:
     if flavour == "openai":
         return [openai_question_id(q, i) for i, q in enumerate(body["questions"])]
     return list(body["questions"])
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What a decision request gets, decided once its head is in (before its body)."""
+
+    behaviour: FauxBehaviour
+    #: ``behaviour.mode``, or ``ok`` once ``fail_first`` is spent.
+    mode: FauxMode
+    call_key: str | None
+
+    @property
+    def dropped(self) -> bool:
+        """Close the connection now, without reading the body (and without counting)."""
+        return self.mode == "drop_before_read"
+
+
+def _call_key(headers: Mapping[str, str]) -> str | None:
+    call_key = headers.get(wire.CALL_KEY_HEADER)
+    if call_key is not None and "%" in call_key:
+        # Providers percent-encode what is not printable ASCII (and "%" itself).
+        return unquote(call_key)
+    return call_key
+
+
+def _is_decision(method: str, path: str) -> bool:
+    return method.upper() == "POST" and (
+        path in _SYSTEM_ONE_FLAVOURS or path == wire.PATH_DECISIONS
+    )
 
 
 class FauxProvider:
@@ -147,12 +184,28 @@ class FauxProvider:
         self._counters.reset()
 
     # --- handling --------------------------------------------------------------------------
-    def drop_connection_before_read(self) -> bool:
-        """For a server that just accepted a connection: close it unread? (Uses budget.)"""
-        behaviour = self._behaviour
-        return behaviour.mode == "drop_before_read" and self._counters.take_failure(
-            "", behaviour.fail_first
-        )
+    def admit(
+        self, method: str, path: str, headers: Mapping[str, str]
+    ) -> Admission | None:
+        """The admission of a request whose head just arrived; None if not a decision request.
+
+        Uses one unit of ``fail_first`` when the mode applies, so call it once a request:
+        the server does, and passes it to ``plan``.
+        """
+        if not _is_decision(method, path):
+            return None
+        return self._admit({k.lower(): v for k, v in headers.items()})
+
+    def _admit(self, headers: Mapping[str, str]) -> Admission:
+        call_key = _call_key(headers)
+        root = self._behaviour
+        behaviour = root.for_call(call_key)
+        mode = behaviour.mode
+        if mode != "ok":
+            scope = "" if behaviour is root else f"call:{call_key}"
+            if not self._counters.take_failure(scope, behaviour.fail_first):
+                mode = "ok"
+        return Admission(behaviour, mode, call_key)
 
     def plan(
         self,
@@ -161,15 +214,39 @@ class FauxProvider:
         query: Mapping[str, str],
         headers: Mapping[str, str],
         body: bytes,
+        admission: Admission | None = None,
     ) -> tuple[float, Outcome]:
-        """The outcome of one request and the seconds to wait before it (nothing waits here)."""
+        """The outcome of one request and the seconds to wait before it (nothing waits here).
+
+        ``admission`` is what ``admit`` gave for this request, if it was called; otherwise
+        the request is admitted here.
+        """
+        try:
+            return self._plan(method, path, query, headers, body, admission)
+        except Exception as exc:
+            # A bug here must not pass for an injected failure (a dropped connection would):
+            # it is a 500 that says so, logged once with its traceback (never the body).
+            logger.exception("faux provider: internal error on %s %s", method, path)
+            return 0.0, json_response(
+                500, {"error": "faux internal error"}, {_INTERNAL_ERROR_HEADER: type(exc).__name__}
+            )
+
+    def _plan(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str],
+        headers: Mapping[str, str],
+        body: bytes,
+        admission: Admission | None,
+    ) -> tuple[float, Outcome]:
         lowered = {k.lower(): v for k, v in headers.items()}
         method = method.upper()
         system_one = _SYSTEM_ONE_FLAVOURS.get(path)
         if system_one is not None or path == wire.PATH_DECISIONS:
             if method != "POST":
                 return 0.0, self._plain(405, "method not allowed")
-            return self._decision(system_one, lowered, body)
+            return self._decision(system_one, admission or self._admit(lowered), lowered, body)
         route = self._route_table.get(path)
         if route is None:
             return 0.0, self._plain(404, "not found")
@@ -185,9 +262,10 @@ class FauxProvider:
         query: Mapping[str, str],
         headers: Mapping[str, str],
         body: bytes,
+        admission: Admission | None = None,
     ) -> Outcome:
         """``plan``, then block for its delay. For threads; the server uses ``handle_async``."""
-        delay, outcome = self.plan(method, path, query, headers, body)
+        delay, outcome = self.plan(method, path, query, headers, body, admission)
         if delay > 0:
             time.sleep(delay)
         return outcome
@@ -199,8 +277,9 @@ class FauxProvider:
         query: Mapping[str, str],
         headers: Mapping[str, str],
         body: bytes,
+        admission: Admission | None = None,
     ) -> Outcome:
-        delay, outcome = self.plan(method, path, query, headers, body)
+        delay, outcome = self.plan(method, path, query, headers, body, admission)
         if delay > 0:
             await asyncio.sleep(delay)
         return outcome
@@ -213,25 +292,19 @@ class FauxProvider:
 
     # --- decision endpoints --------------------------------------------------------------
     def _decision(
-        self, system_one: wire.Flavour | None, headers: Mapping[str, str], body: bytes
+        self,
+        system_one: wire.Flavour | None,
+        admission: Admission,
+        headers: Mapping[str, str],
+        body: bytes,
     ) -> tuple[float, Outcome]:
-        call_key = headers.get(wire.CALL_KEY_HEADER)
-        if call_key is not None and "%" in call_key:
-            # Providers percent-encode what is not printable ASCII (and "%" itself).
-            call_key = unquote(call_key)
-        root = self._behaviour
-        behaviour = root.for_call(call_key)
-        mode = behaviour.mode
-        if mode != "ok":
-            scope = "" if behaviour is root else f"call:{call_key}"
-            if not self._counters.take_failure(scope, behaviour.fail_first):
-                mode = "ok"
+        mode, behaviour = admission.mode, admission.behaviour
         if mode == "drop_before_read":
             return 0.0, FauxDrop(read=False)
 
         parsed = _parse(body)
         digest = sha256_hex(body) if parsed is _NO_JSON else digest_of(parsed)
-        self._counters.record(digest, call_key)
+        self._counters.record(digest, admission.call_key)
         delay = behaviour.latency_s
         if mode == "drop_after_read":
             return delay, FauxDrop(read=True)

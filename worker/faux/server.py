@@ -1,7 +1,10 @@
 """The faux as a real HTTP/1.1 server: asyncio and h11, keep-alive, many connections.
 
 It plays every ``FauxProvider`` outcome on a real socket, connection-level ones included, so
-that providers meet the exact httpx exceptions of a misbehaving host. The hot path logs
+that providers meet the exact httpx exceptions of a misbehaving host. ``drop_before_read``
+closes as soon as a decision request's head is in, its body unread: that lets the control
+endpoints (``/_faux/...``) answer on new connections whatever the behaviour, and a client
+sees the same ``RemoteProtocolError`` as for a close at accept. The hot path logs
 nothing and allocates little: a benchmark measures the worker, not the faux.
 """
 
@@ -52,29 +55,35 @@ class _TooLarge(Exception):
     pass
 
 
-async def _read_request(
-    conn: h11.Connection, reader: asyncio.StreamReader
-) -> tuple[h11.Request, bytes] | None:
-    """The next whole request on the connection, or None once the client has hung up."""
-    request: h11.Request | None = None
+async def _next_event(conn: h11.Connection, reader: asyncio.StreamReader) -> Any:
+    while True:
+        event = conn.next_event()
+        if event is not h11.NEED_DATA:
+            return event
+        conn.receive_data(await reader.read(_READ_SIZE))
+
+
+async def _read_head(conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Request | None:
+    """The next request's head, or None once the client has hung up."""
+    event = await _next_event(conn, reader)
+    # Anything else is ConnectionClosed (PAUSED cannot follow a finished cycle).
+    return event if isinstance(event, h11.Request) else None
+
+
+async def _read_body(conn: h11.Connection, reader: asyncio.StreamReader) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while True:
-        event = conn.next_event()
-        if event is h11.NEED_DATA:
-            conn.receive_data(await reader.read(_READ_SIZE))
-        elif isinstance(event, h11.Request):
-            request = event
-        elif isinstance(event, h11.Data):
+        event = await _next_event(conn, reader)
+        if isinstance(event, h11.Data):
             size += len(event.data)
             if size > _BODY_CAP:
                 raise _TooLarge
             chunks.append(event.data)
         elif isinstance(event, h11.EndOfMessage):
-            assert request is not None
-            return request, b"".join(chunks)
-        else:  # ConnectionClosed (or PAUSED, which a finished cycle never leaves here)
-            return None
+            return b"".join(chunks)
+        else:
+            raise h11.RemoteProtocolError("connection closed in the middle of a request body")
 
 
 def _split_target(target: bytes) -> tuple[str, dict[str, str]]:
@@ -170,28 +179,30 @@ class _Running:
 
     async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         provider = self.provider
-        if provider.drop_connection_before_read():
-            await _close_orderly(reader, writer)
-            return
         conn = h11.Connection(h11.SERVER)
         while True:
             try:
-                got = await _read_request(conn, reader)
+                request = await _read_head(conn, reader)
+                if request is None:
+                    return
+                method = request.method.decode("ascii")
+                path, query = _split_target(request.target)
+                headers = {
+                    name.decode("latin-1"): value.decode("latin-1")
+                    for name, value in request.headers
+                }
+                admission = provider.admit(method, path, headers)
+                if admission is not None and admission.dropped:
+                    await _close_orderly(reader, writer)
+                    return
+                body = await _read_body(conn, reader)
             except h11.RemoteProtocolError:
                 writer.write(_BAD_REQUEST)
                 return
             except _TooLarge:
                 writer.write(_TOO_LARGE)
                 return
-            if got is None:
-                return
-            request, body = got
-            path, query = _split_target(request.target)
-            headers = {name.decode("latin-1"): value.decode("latin-1")
-                       for name, value in request.headers}
-            outcome = await provider.handle_async(
-                request.method.decode("ascii"), path, query, headers, body
-            )
+            outcome = await provider.handle_async(method, path, query, headers, body, admission)
             if isinstance(outcome, FauxDrop):
                 if outcome.reset:
                     _reset(writer)
