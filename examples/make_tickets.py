@@ -12,8 +12,14 @@ import random
 from pathlib import Path
 
 OPENINGS = [
-    "Hi team,", "Hello,", "URGENT:", "Good morning,", "To whom it may concern,", "Hey there,",
-    "Third email about this.", "Quick question:",
+    "Hi team,",
+    "Hello,",
+    "URGENT:",
+    "Good morning,",
+    "To whom it may concern,",
+    "Hey there,",
+    "Third email about this.",
+    "Quick question:",
 ]
 PROBLEMS = [
     "my payouts have been failing for {n} days",
@@ -30,9 +36,14 @@ PROBLEMS = [
     "we want to move {n} users from the legacy plan before renewal",
 ]
 CLOSINGS = [
-    "Thanks.", "Please fix this today, customers are waiting.", "No rush.",
-    "This is unacceptable.", "Appreciate your help!", "I am cancelling if this is not solved.",
-    "Let me know.", "Regards, {name}",
+    "Thanks.",
+    "Please fix this today, customers are waiting.",
+    "No rush.",
+    "This is unacceptable.",
+    "Appreciate your help!",
+    "I am cancelling if this is not solved.",
+    "Let me know.",
+    "Regards, {name}",
 ]
 NAMES = ["Ada", "Bo", "Chen", "Dara", "Elif", "Femi", "Goran", "Hana", "Ines", "Jon"]
 PLANS = ["starter", "growth", "scale", "enterprise"]
@@ -41,7 +52,10 @@ QUESTIONS = {
     "is_urgent": {
         "type": "noul",
         "instructions": "Does this ticket convey urgency?",
-        "criteria": {"true": "Explicitly time-sensitive or blocking", "false": "No urgency expressed"},
+        "criteria": {
+            "true": "Explicitly time-sensitive or blocking",
+            "false": "No urgency expressed",
+        },
     },
     "department": {
         "type": "choice",
@@ -63,30 +77,70 @@ QUESTIONS = {
 
 INVALID_LINES = [
     # A score with a single level: the wire takes 2 to 10.
-    {"id": "ticket-invalid-score", "kind": "decide", "state": "The app is slow.", "batch": "support-demo",
-     "questions": {"frustration": {"type": "score", "instructions": "How frustrated?", "criteria": ["Calm"]}}},
+    {
+        "id": "ticket-invalid-score",
+        "kind": "decide",
+        "state": "The app is slow.",
+        "batch": "support-demo",
+        "questions": {
+            "frustration": {
+                "type": "score",
+                "instructions": "How frustrated?",
+                "criteria": ["Calm"],
+            }
+        },
+    },
     # A state that is a number: a state is a string, an object or an array.
-    {"id": "ticket-invalid-state", "kind": "decide", "state": 42, "batch": "support-demo",
-     "questions": {"is_urgent": {"type": "noul", "instructions": "Urgent?"}}},
+    {
+        "id": "ticket-invalid-state",
+        "kind": "decide",
+        "state": 42,
+        "batch": "support-demo",
+        "questions": {"is_urgent": {"type": "noul", "instructions": "Urgent?"}},
+    },
     # An unknown question type.
-    {"id": "ticket-invalid-type", "kind": "decide", "state": "Where is my order?", "batch": "support-demo",
-     "questions": {"mood": {"type": "sentiment", "instructions": "Mood?"}}},
+    {
+        "id": "ticket-invalid-type",
+        "kind": "decide",
+        "state": "Where is my order?",
+        "batch": "support-demo",
+        "questions": {"mood": {"type": "sentiment", "instructions": "Mood?"}},
+    },
     # No questions at all.
-    {"id": "ticket-invalid-empty", "kind": "decide", "state": "Hello?", "batch": "support-demo", "questions": {}},
+    {
+        "id": "ticket-invalid-empty",
+        "kind": "decide",
+        "state": "Hello?",
+        "batch": "support-demo",
+        "questions": {},
+    },
     # A confidence floor above 1.
-    {"id": "ticket-invalid-floor", "kind": "decide", "state": "Refund please.", "batch": "support-demo",
-     "questions": {"department": {"type": "choice", "instructions": "Team?",
-                                  "criteria": {"billing": None, "sales": None}, "escalate_below": 1.5}}},
+    {
+        "id": "ticket-invalid-floor",
+        "kind": "decide",
+        "state": "Refund please.",
+        "batch": "support-demo",
+        "questions": {
+            "department": {
+                "type": "choice",
+                "instructions": "Team?",
+                "criteria": {"billing": None, "sales": None},
+                "escalate_below": 1.5,
+            }
+        },
+    },
 ]
 
 
 def ticket(rng: random.Random, number: int) -> dict[str, object]:
     fill = {"n": rng.randint(2, 5000), "inv": rng.randint(10000, 99999), "name": rng.choice(NAMES)}
-    body = " ".join([
-        rng.choice(OPENINGS),
-        rng.choice(PROBLEMS).format(**fill) + ".",
-        rng.choice(CLOSINGS).format(**fill),
-    ])
+    body = " ".join(
+        [
+            rng.choice(OPENINGS),
+            rng.choice(PROBLEMS).format(**fill) + ".",
+            rng.choice(CLOSINGS).format(**fill),
+        ]
+    )
     return {
         "id": f"ticket-{number:04d}",
         "kind": "decide",

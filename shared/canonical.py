@@ -10,7 +10,7 @@ import hashlib
 import json
 from typing import Any
 
-__all__ = ["canonical_bytes", "sha256_hex", "digest_of"]
+__all__ = ["canonical_bytes", "digest_of", "sha256_hex"]
 
 
 def canonical_bytes(value: Any) -> bytes:

@@ -72,7 +72,9 @@ class Client:
     @property
     def celery(self) -> Celery:
         if self._celery is None:
-            app = Celery("decisions-producer", broker=self.settings.broker_url, set_as_current=False)
+            app = Celery(
+                "decisions-producer", broker=self.settings.broker_url, set_as_current=False
+            )
             app.conf.update(
                 task_serializer="json",
                 accept_content=["json"],
@@ -93,7 +95,9 @@ class Client:
             self._redis.close()
 
     # --- validation ------------------------------------------------------------------
-    def validate(self, raw: Any, *, reply_to: str | None = None, now: datetime | None = None) -> Job:
+    def validate(
+        self, raw: Any, *, reply_to: str | None = None, now: datetime | None = None
+    ) -> Job:
         """A submittable job, stamped with its submission time; JobInvalid names bad fields."""
         now = now or datetime.now(UTC)
         if reply_to is not None and isinstance(raw, dict):
@@ -115,7 +119,9 @@ class Client:
         problems = []
         if job.timeout_s is not None and job.timeout_s > ceiling:
             problems.append(
-                FieldProblem("timeout_s", f"{job.timeout_s:g} s is over the ceiling of {ceiling:g} s")
+                FieldProblem(
+                    "timeout_s", f"{job.timeout_s:g} s is over the ceiling of {ceiling:g} s"
+                )
             )
         if job.deadline is not None:
             if job.deadline <= now:

@@ -39,7 +39,10 @@ __all__ = [
 
 #: A producer's idempotency key: printable, no whitespace at the ends.
 JobId = Annotated[
-    str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\s\x00-\x1f]([^\x00-\x1f]*[^\s\x00-\x1f])?$")
+    str,
+    StringConstraints(
+        min_length=1, max_length=200, pattern=r"^[^\s\x00-\x1f]([^\x00-\x1f]*[^\s\x00-\x1f])?$"
+    ),
 ]
 #: A Redis stream name the worker may append to.
 StreamName = Annotated[
@@ -110,7 +113,9 @@ def problems_from_validation(error: ValidationError) -> list[FieldProblem]:
 
 
 def _is_union_tag(part: object) -> bool:
-    return isinstance(part, str) and (part in {"noul", "choice", "score"} or "[" in part or part.startswith("function-"))
+    return isinstance(part, str) and (
+        part in {"noul", "choice", "score"} or "[" in part or part.startswith("function-")
+    )
 
 
 def parse_job(raw: Any) -> Job:
@@ -119,20 +124,28 @@ def parse_job(raw: Any) -> Job:
         try:
             raw = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
-            raise JobInvalid([FieldProblem("(body)", f"not JSON: {exc.__class__.__name__}")]) from None
+            raise JobInvalid(
+                [FieldProblem("(body)", f"not JSON: {exc.__class__.__name__}")]
+            ) from None
     if not isinstance(raw, dict):
-        raise JobInvalid([FieldProblem("(job)", f"a job is a JSON object, not {type(raw).__name__}")])
+        raise JobInvalid(
+            [FieldProblem("(job)", f"a job is a JSON object, not {type(raw).__name__}")]
+        )
     job_id = raw.get("id") if isinstance(raw.get("id"), str) else None
     kind = raw.get("kind", "decide")
     if kind != "decide":
-        raise JobInvalid([FieldProblem("kind", f"unknown kind {kind!r}; expected 'decide'")], job_id)
+        raise JobInvalid(
+            [FieldProblem("kind", f"unknown kind {kind!r}; expected 'decide'")], job_id
+        )
     try:
         return _JOB_ADAPTER.validate_python(raw)
     except ValidationError as exc:
         raise JobInvalid(problems_from_validation(exc), job_id) from None
 
 
-def job_deadline(job: Job, *, default_s: float, ceiling_s: float, now: datetime | None = None) -> datetime:
+def job_deadline(
+    job: Job, *, default_s: float, ceiling_s: float, now: datetime | None = None
+) -> datetime:
     """The job's absolute deadline: its own, or submission (or now) plus its timeout or the default.
 
     A deadline further away than the ceiling is cut to the ceiling.
@@ -152,5 +165,7 @@ def job_fingerprint(job: Job) -> str:
     Transport fields are left out: the same job resubmitted later, or to another reply stream,
     is the same job, and gets its stored outcome there.
     """
-    body = job.model_dump(mode="json", exclude={"submitted_at", "deadline", "timeout_s", "reply_to"})
+    body = job.model_dump(
+        mode="json", exclude={"submitted_at", "deadline", "timeout_s", "reply_to"}
+    )
     return digest_of(body)

@@ -30,7 +30,6 @@ MIN_SCORE_LEVELS = 2
 MAX_SCORE_LEVELS = 10
 
 
-
 def _string_object_or_array(value: Any) -> Any:
     if not isinstance(value, str | dict | list):
         raise ValueError(f"must be a string, an object or an array, not {_json_type(value)}")
@@ -44,8 +43,18 @@ def _json_type(value: Any) -> str:
 
 
 #: A state is a string, an object or an array; numbers, booleans and null are rejected.
-State = Annotated[str | dict[str, Any] | list[Any], PlainValidator(_string_object_or_array, json_schema_input_type=str | dict[str, Any] | list[Any])]
-Instructions = Annotated[str | dict[str, Any] | list[Any], PlainValidator(_string_object_or_array, json_schema_input_type=str | dict[str, Any] | list[Any])]
+State = Annotated[
+    str | dict[str, Any] | list[Any],
+    PlainValidator(
+        _string_object_or_array, json_schema_input_type=str | dict[str, Any] | list[Any]
+    ),
+]
+Instructions = Annotated[
+    str | dict[str, Any] | list[Any],
+    PlainValidator(
+        _string_object_or_array, json_schema_input_type=str | dict[str, Any] | list[Any]
+    ),
+]
 
 _ROUTING_FIELDS = {"escalate_below"}
 

@@ -13,11 +13,11 @@ from typing import Literal
 from pydantic import AliasChoices, BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["SystemOneHost", "Settings", "get_settings"]
+__all__ = ["Settings", "SystemOneHost", "get_settings"]
 
 
 class SystemOneHost(BaseModel):
-    """Any host of the System One contract, configured by base URL (``POST {base}/v1/systemone``)."""
+    """A host of the System One contract, by base URL (``POST {base}/v1/systemone``)."""
 
     base_url: str
     key_env: str
@@ -46,7 +46,9 @@ class Settings(BaseSettings):
     default_provider: str = Field("faux", description="provider of a job that names none")
     default_model: str | None = Field(None, description="model of a job that names none")
     provider_timeout_s: float = Field(30.0, description="longest single provider request")
-    max_transport_attempts: int = Field(3, ge=1, le=10, description="sends of a provably unsent request")
+    max_transport_attempts: int = Field(
+        3, ge=1, le=10, description="sends of a provably unsent request"
+    )
     faux_url: str | None = Field(
         None, description="base URL of a `decisions faux serve` (unset: the in-process faux)"
     )
@@ -59,7 +61,9 @@ class Settings(BaseSettings):
     parallel_base_url: str = "https://api.parallel.ai"
     parallel_list_price_usd: float = Field(
         0.001,
-        validation_alias=AliasChoices("DECISIONS_PARALLEL_LIST_PRICE_USD", "PARALLEL_LIST_PRICE_USD"),
+        validation_alias=AliasChoices(
+            "DECISIONS_PARALLEL_LIST_PRICE_USD", "PARALLEL_LIST_PRICE_USD"
+        ),
     )
     parallel_modes: list[str] = Field(
         default_factory=lambda: ["fast"],

@@ -26,7 +26,8 @@ __all__ = [
 
 _PUBLISH_ONCE = """
 if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[2]) then
-  local id = redis.call('XADD', KEYS[2], '*', 'job_id', ARGV[3], 'type', ARGV[4], 'message', ARGV[1])
+  local id = redis.call('XADD', KEYS[2], '*', 'job_id', ARGV[3], 'type', ARGV[4],
+                        'message', ARGV[1])
   if #KEYS >= 3 then
     redis.call('XADD', KEYS[3], '*', 'job_id', ARGV[3], 'type', ARGV[4], 'reply_to', KEYS[2],
                'message', ARGV[1])
@@ -137,7 +138,7 @@ def read_stream(
     """Every entry of a stream from ``after`` (exclusive when it is an id) to its end."""
     start = after if after == "-" else f"({after}"
     while True:
-        batch = client.xrange(keys.reply_stream(stream), min=start, max="+", count=count)
+        batch: Any = client.xrange(keys.reply_stream(stream), min=start, max="+", count=count)
         if not batch:
             return
         for entry_id, fields in batch:
@@ -151,7 +152,7 @@ def follow_stream(
     """Entries as they arrive; yields None after each idle ``block_ms`` so callers can stop."""
     last = after
     while True:
-        answer = client.xread({keys.reply_stream(stream): last}, count=500, block=block_ms)
+        answer: Any = client.xread({keys.reply_stream(stream): last}, count=500, block=block_ms)
         if not answer:
             yield None
             continue

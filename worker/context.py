@@ -68,11 +68,15 @@ def _build() -> WorkerContext:
     loop = process_loop()
     ledger = Ledger.from_settings(settings)
     ledger.check_schema()
-    limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
+    limits = httpx.Limits(
+        max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS
+    )
     http = httpx.AsyncClient(limits=limits, timeout=settings.provider_timeout_s)
     providers = ProviderRegistry.from_settings(settings, http=http)
     sink = _overrides.get("sink")
     if sink is None:
-        sink = RedisPublisher(redis.Redis.from_url(settings.redis_url), ttl_s=settings.publish_marker_ttl_s)
+        sink = RedisPublisher(
+            redis.Redis.from_url(settings.redis_url), ttl_s=settings.publish_marker_ttl_s
+        )
     runner = Runner(settings=settings, ledger=ledger, providers=providers, sink=sink)  # type: ignore[arg-type]
     return WorkerContext(settings, ledger, providers, sink, loop, runner, os.getpid())  # type: ignore[arg-type]

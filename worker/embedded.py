@@ -36,7 +36,7 @@ MEMORY_POLLING_INTERVAL_S = 0.005
 DEFAULT_REPLY_TO = "decisions:run"
 
 
-class _Controller(WorkController):  # type: ignore[misc]
+class _Controller(WorkController):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.consumer_ready = threading.Event()
         super().__init__(*args, **kwargs)
@@ -68,7 +68,9 @@ class EmbeddedWorker:
             without_gossip=True,
             loglevel="WARNING",
         )
-        self._thread = threading.Thread(target=self._controller.start, name="embedded-worker", daemon=True)
+        self._thread = threading.Thread(
+            target=self._controller.start, name="embedded-worker", daemon=True
+        )
         self._thread.start()
         if not self._controller.consumer_ready.wait(self.start_timeout_s):
             raise RuntimeError("the embedded Celery worker did not start")
@@ -169,7 +171,9 @@ def _summarise(sink: MemorySink, out_dir: Path) -> RunSummary:
                     summary.cost_unknown_calls += receipt.status in ("answered", "unknown")
                 else:
                     summary.cost_usd_total += receipt.cost_usd
-            handles[reply.type].write(json.dumps(json.loads(message.message), sort_keys=True) + "\n")
+            handles[reply.type].write(
+                json.dumps(json.loads(message.message), sort_keys=True) + "\n"
+            )
     finally:
         for handle in handles.values():
             handle.close()

@@ -13,7 +13,6 @@ import os
 import threading
 from collections.abc import Coroutine
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
 __all__ = ["ProcessLoop", "process_loop"]
@@ -40,15 +39,21 @@ class ProcessLoop:
         If the wait is interrupted (a soft time limit, a shutdown), the coroutine is cancelled
         and given a grace period, so that a request in flight is recorded as ``unknown``.
         """
-        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        finished = threading.Event()
+
+        async def tracked() -> T:
+            try:
+                return await coro
+            finally:
+                finished.set()
+
+        future: Future[T] = asyncio.run_coroutine_threadsafe(tracked(), self.loop)
         try:
             return future.result()
         except BaseException:
+            # A cancelled concurrent future returns at once; wait for the coroutine itself.
             future.cancel()
-            try:
-                future.result(timeout=CANCEL_GRACE_S)
-            except (FutureTimeout, BaseException):  # noqa: S110 - the original error wins
-                pass
+            finished.wait(CANCEL_GRACE_S)
             raise
 
     def stop(self) -> None:

@@ -24,7 +24,7 @@ from shared.jobs import DecideJob, job_deadline, job_fingerprint, parse_job
 from shared.rejection import rejection_for
 from shared.replies import Answer, EscalationMessage, Receipt, ResultMessage
 from shared.settings import Settings
-from worker.ledger import CallOutcome, CallRow, JobRow, Ledger
+from worker.ledger import CallOutcome, CallRow, ClaimLost, JobRow, Ledger
 from worker.providers import DecisionRequest, ProviderRegistry
 from worker.providers.base import DecisionProvider, PreparedRequest
 from worker.sinks import ReplySink
@@ -103,8 +103,10 @@ class Runner:
             bound.info("job.replayed", outcome=row.terminal_type)
             return await self._publish(row, job.reply_to)
         if _now() >= row.deadline:
-            message = escalation(job, "deadline_exceeded", "dequeued after its deadline; nothing sent", [])
-            return await self._finish(job, message, None)
+            late = escalation(
+                job, "deadline_exceeded", "dequeued after its deadline; nothing sent", []
+            )
+            return await self._finish(job, late, None)
         claim = await self._db(
             self.ledger.claim,
             job_id=job.id,
@@ -136,7 +138,9 @@ class Runner:
             return provider, provider.prepare(request, step=DECIDE_STEP)
         except DecisionProviderError as exc:
             if exc.code in ("invalid_request", "configuration"):
-                raise JobInvalid([FieldProblem(exc.field or "questions", exc.detail)], job.id) from None
+                raise JobInvalid(
+                    [FieldProblem(exc.field or "questions", exc.detail)], job.id
+                ) from None
             raise
 
     async def _open(self, job: DecideJob) -> JobRow:
@@ -157,12 +161,20 @@ class Runner:
         )
 
     async def _send(
-        self, job: DecideJob, provider: DecisionProvider, prepared: PreparedRequest, deadline: datetime
+        self,
+        job: DecideJob,
+        provider: DecisionProvider,
+        prepared: PreparedRequest,
+        deadline: datetime,
     ) -> tuple[Message, CallOutcome]:
         try:
             result = await provider.send(prepared, deadline, step=DECIDE_STEP)
         except DecisionProviderError as exc:
-            receipt = exc.receipt if isinstance(exc.receipt, Receipt) else _bare_receipt(provider, prepared, exc)
+            receipt = (
+                exc.receipt
+                if isinstance(exc.receipt, Receipt)
+                else _bare_receipt(provider, prepared, exc)
+            )
             status = ledger_status_for(exc)
             receipt = receipt.model_copy(update={"status": status, "error_code": exc.code})
             if status != "not_sent":
@@ -174,8 +186,12 @@ class Runner:
             receipt = _bare_receipt(provider, prepared, None).model_copy(
                 update={"status": "unknown", "error_code": "aborted"}
             )
-            message = escalation(job, "decision_interrupted", "cancelled while in flight", [receipt])
-            await asyncio.shield(self._finish(job, message, _outcome("unknown", receipt, None, "aborted")))
+            message = escalation(
+                job, "decision_interrupted", "cancelled while in flight", [receipt]
+            )
+            await asyncio.shield(
+                self._finish(job, message, _outcome("unknown", receipt, None, "aborted"))
+            )
             raise
         except Exception as exc:
             # A bug after the claim: whether bytes left is unknown, so never send again.
@@ -183,32 +199,44 @@ class Runner:
             receipt = _bare_receipt(provider, prepared, None).model_copy(
                 update={"status": "unknown", "error_code": "internal"}
             )
-            message = escalation(job, "decision_interrupted", f"internal error: {type(exc).__name__}", [receipt])
+            message = escalation(
+                job, "decision_interrupted", f"internal error: {type(exc).__name__}", [receipt]
+            )
             return message, _outcome("unknown", receipt, None, "internal")
         self.stats.add(result.receipt)
         message = verdict(job, result.answers, [result.receipt])
-        answers_json = json.dumps({qid: a.model_dump(mode="json") for qid, a in result.answers.items()})
+        answers_json = json.dumps(
+            {qid: a.model_dump(mode="json") for qid, a in result.answers.items()}
+        )
         return message, _outcome("answered", result.receipt, answers_json, None)
 
     async def _settle_existing(self, job: DecideJob, call: CallRow) -> str:
         """Another delivery claimed this call: never send; replay, wait for it, or escalate."""
         while call.status == "claimed":
             now = _now()
-            if call.lease_expires <= now:
-                call = await self._db(self.ledger.expire_claim, job_id=job.id, step=DECIDE_STEP, now=now)
+            if call.lease_expires < now:
+                call = await self._db(
+                    self.ledger.expire_claim, job_id=job.id, step=DECIDE_STEP, now=now
+                )
                 break
             await asyncio.sleep(min(DUPLICATE_POLL_S, (call.lease_expires - now).total_seconds()))
             row = await self._db(self.ledger.get_job, job_id=job.id)
             if row is not None and row.terminal_message is not None:
                 return await self._publish(row, job.reply_to)
-            call = next(c for c in await self._db(self.ledger.calls, job_id=job.id) if c.step == DECIDE_STEP)
+            call = next(
+                c for c in await self._db(self.ledger.calls, job_id=job.id) if c.step == DECIDE_STEP
+            )
         receipt = _stored_receipt(call)
         message: Message
         if call.status == "answered" and call.outcome_json:
-            answers = {qid: Answer.model_validate(a) for qid, a in json.loads(call.outcome_json).items()}
+            answers = {
+                qid: Answer.model_validate(a) for qid, a in json.loads(call.outcome_json).items()
+            }
             message = verdict(job, answers, [receipt])
         elif call.status == "failed":
-            message = escalation(job, "provider_error", f"the provider failed: {call.error_code}", [receipt])
+            message = escalation(
+                job, "provider_error", f"the provider failed: {call.error_code}", [receipt]
+            )
         else:
             message = escalation(
                 job,
@@ -219,14 +247,20 @@ class Runner:
         return await self._finish(job, message, None)
 
     async def _finish(self, job: DecideJob, message: Message, outcome: CallOutcome | None) -> str:
-        row = await self._db(
-            self.ledger.finish_job,
-            job_id=job.id,
-            message_type=message.type,
-            reason=getattr(message, "reason", None),
-            message_json=message.to_json(),
-            outcome=outcome,
-        )
+        try:
+            row = await self._db(
+                self.ledger.finish_job,
+                job_id=job.id,
+                message_type=message.type,
+                reason=getattr(message, "reason", None),
+                message_json=message.to_json(),
+                outcome=outcome,
+            )
+        except ClaimLost as lost:
+            # Our lease ran out mid-call and another delivery booked the call unknown: its
+            # verdict stands; settle from the stored row, never overwrite it.
+            log.warning("call.claim_lost", job_id=job.id, stored=lost.call.status)
+            return await self._settle_existing(job, lost.call)
         return await self._publish(row, job.reply_to)
 
     async def _publish(self, row: JobRow, stream: str) -> str:
@@ -259,7 +293,9 @@ class Runner:
         return "rejected"
 
 
-def _outcome(status: str, receipt: Receipt, outcome_json: str | None, error_code: str | None) -> CallOutcome:
+def _outcome(
+    status: str, receipt: Receipt, outcome_json: str | None, error_code: str | None
+) -> CallOutcome:
     return CallOutcome(
         step=receipt.step,
         status=status,  # type: ignore[arg-type]
@@ -296,11 +332,10 @@ def _stored_receipt(call: CallRow) -> Receipt:
         step=call.step,
         provider=call.provider,
         model=call.model,
-        status=call.status,  # type: ignore[arg-type]
+        status=call.status,
         request_sha256=call.request_sha256,
         cost_usd=call.cost_usd,
-        cost_basis=call.cost_basis,  # type: ignore[arg-type]
+        cost_basis=call.cost_basis,
         error_code=call.error_code,
         replayed=True,
     )
-

@@ -1,4 +1,4 @@
-"""Where terminal messages go: Redis streams in a fleet (``shared.streams``), memory when embedded."""
+"""Where terminal messages go: Redis streams in a fleet, memory when embedded."""
 
 from __future__ import annotations
 
@@ -44,7 +44,9 @@ class MemorySink:
             if key in self._markers:
                 return False
             self._markers.add(key)
-            self.messages.append(PublishedMessage(stream, job_id, message_type, message_json, escalation))
+            self.messages.append(
+                PublishedMessage(stream, job_id, message_type, message_json, escalation)
+            )
             return True
 
     def snapshot(self) -> list[PublishedMessage]:

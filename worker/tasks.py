@@ -7,8 +7,9 @@ from typing import Any
 from celery import Celery, Task
 
 from shared import keys
-from shared.errors import LedgerError
+from shared.errors import SchemaBehind
 from worker import context
+from worker.ledger import LedgerUnavailable
 
 __all__ = ["register", "run_jobs"]
 
@@ -28,7 +29,7 @@ def register(celery: Celery) -> Task:
     @celery.task(
         name=keys.RUN_JOBS_TASK,
         bind=True,
-        autoretry_for=(LedgerError,),
+        autoretry_for=(LedgerUnavailable, SchemaBehind),
         retry_backoff=True,
         retry_backoff_max=LEDGER_RETRY_BACKOFF_MAX_S,
         max_retries=None,
@@ -38,4 +39,4 @@ def register(celery: Celery) -> Task:
     def _run_jobs(self: Task, jobs: list[Any]) -> list[str]:
         return run_jobs(jobs)
 
-    return _run_jobs  # type: ignore[no-any-return]
+    return _run_jobs

@@ -52,7 +52,9 @@ def failure_reason(error: DecisionProviderError) -> EscalationReason:
 def decide_context(job: DecideJob) -> dict[str, Any]:
     """What a reviewer needs to answer in the machine's place."""
     return {
-        "questions": {qid: q.model_dump(mode="json", exclude_none=True) for qid, q in job.questions.items()},
+        "questions": {
+            qid: q.model_dump(mode="json", exclude_none=True) for qid, q in job.questions.items()
+        },
         "state": job.state,
         "provider": job.provider,
         "model": job.model,
@@ -84,7 +86,9 @@ def verdict(job: DecideJob, answers: dict[str, Answer], receipts: list[Receipt])
     missing = sorted(set(job.questions) - set(answers))
     if refused or missing:
         names = ", ".join(refused + missing)
-        return escalation(job, "decision_refused", f"the provider refused: {names}", receipts, answers)
+        return escalation(
+            job, "decision_refused", f"the provider refused: {names}", receipts, answers
+        )
     low = []
     for qid, question in job.questions.items():
         floor = question.escalate_below
@@ -92,7 +96,9 @@ def verdict(job: DecideJob, answers: dict[str, Answer], receipts: list[Receipt])
         if floor is not None and (confidence is None or confidence < floor):
             low.append(f"{qid} ({_fmt(confidence)} < {floor:g})")
     if low:
-        return escalation(job, "low_confidence", "below the floor: " + ", ".join(low), receipts, answers)
+        return escalation(
+            job, "low_confidence", "below the floor: " + ", ".join(low), receipts, answers
+        )
     return ResultMessage(
         job_id=job.id, batch=job.batch, metadata=job.metadata, receipts=receipts, answers=answers
     )

@@ -19,7 +19,11 @@ def job(**over: Any) -> dict[str, Any]:
         "state": {"body": "Help, payouts fail"},
         "questions": {
             "urgent": {"type": "noul", "instructions": "Urgent?", "escalate_below": 0.4},
-            "team": {"type": "choice", "instructions": "Team?", "criteria": {"billing": "Money", "sales": None}},
+            "team": {
+                "type": "choice",
+                "instructions": "Team?",
+                "criteria": {"billing": "Money", "sales": None},
+            },
             "mood": {"type": "score", "instructions": "Mood?", "criteria": ["calm", "angry"]},
         },
     }
@@ -58,7 +62,15 @@ def test_choice_takes_at_most_255_options() -> None:
 
 @pytest.mark.parametrize("levels, valid", [(1, False), (2, True), (10, True), (11, False)])
 def test_score_takes_2_to_10_levels(levels: int, valid: bool) -> None:
-    raw = job(questions={"s": {"type": "score", "instructions": "x", "criteria": [f"l{i}" for i in range(levels)]}})
+    raw = job(
+        questions={
+            "s": {
+                "type": "score",
+                "instructions": "x",
+                "criteria": [f"l{i}" for i in range(levels)],
+            }
+        }
+    )
     if valid:
         assert len(parse_job(raw).questions["s"].criteria) == levels  # type: ignore[union-attr]
     else:
@@ -75,7 +87,9 @@ def test_every_bad_field_is_named_at_once() -> None:
 
 
 def test_unknown_question_type_names_the_question() -> None:
-    assert fields_of(job(questions={"q": {"type": "sentiment", "instructions": "x"}})) == ["questions.q"]
+    assert fields_of(job(questions={"q": {"type": "sentiment", "instructions": "x"}})) == [
+        "questions.q"
+    ]
 
 
 def test_escalate_below_is_a_probability() -> None:
@@ -104,7 +118,9 @@ def test_deadline_defaults_and_is_cut_to_the_ceiling() -> None:
 
 def test_fingerprint_ignores_transport_fields_but_not_content() -> None:
     a = parse_job(job(timeout_s=5))
-    b = parse_job(job(timeout_s=50, reply_to="elsewhere", submitted_at=datetime.now(UTC).isoformat()))
+    b = parse_job(
+        job(timeout_s=50, reply_to="elsewhere", submitted_at=datetime.now(UTC).isoformat())
+    )
     c = parse_job(job(state="another state"))
     assert job_fingerprint(a) == job_fingerprint(b)
     assert job_fingerprint(a) != job_fingerprint(c)

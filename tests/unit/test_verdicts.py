@@ -6,21 +6,38 @@ from shared.jobs import parse_job
 from shared.replies import Answer
 from worker.verdicts import verdict
 
-JOB = parse_job({
-    "id": "v1", "reply_to": "r", "state": "s",
-    "questions": {
-        "urgent": {"type": "noul", "instructions": "Urgent?"},
-        "team": {"type": "choice", "instructions": "Team?", "criteria": {"a": None, "b": None}, "escalate_below": 0.6},
-    },
-})
+JOB = parse_job(
+    {
+        "id": "v1",
+        "reply_to": "r",
+        "state": "s",
+        "questions": {
+            "urgent": {"type": "noul", "instructions": "Urgent?"},
+            "team": {
+                "type": "choice",
+                "instructions": "Team?",
+                "criteria": {"a": None, "b": None},
+                "escalate_below": 0.6,
+            },
+        },
+    }
+)
 
 
 def noul(p: float) -> Answer:
-    return Answer(type="noul", value=p >= 0.5, probability=p, confidence=abs(p - 0.5) * 2, confidence_source="derived")
+    return Answer(
+        type="noul",
+        value=p >= 0.5,
+        probability=p,
+        confidence=abs(p - 0.5) * 2,
+        confidence_source="derived",
+    )
 
 
 def choice(c: float | None) -> Answer:
-    return Answer(type="choice", value="a", probability=0.7, confidence=c, confidence_source="reported")
+    return Answer(
+        type="choice", value="a", probability=0.7, confidence=c, confidence_source="reported"
+    )
 
 
 def test_confident_answers_are_a_result() -> None:

@@ -21,11 +21,17 @@ __all__ = ["register"]
 def register(app: typer.Typer) -> None:
     @app.command("submit")
     def submit(
-        file: Path = typer.Argument(..., exists=True, dir_okay=False, help="a batch, one job per line"),
+        file: Path = typer.Argument(
+            ..., exists=True, dir_okay=False, help="a batch, one job per line"
+        ),
         reply_to: str = typer.Option(..., "--reply-to", help="the stream that gets every reply"),
-        wait: bool = typer.Option(False, "--wait", help="follow the stream until every job has replied"),
+        wait: bool = typer.Option(
+            False, "--wait", help="follow the stream until every job has replied"
+        ),
         chunk_size: int | None = typer.Option(None, "--chunk-size", help="jobs per Celery message"),
-        timeout: float | None = typer.Option(None, "--timeout", help="give up waiting after this many s"),
+        timeout: float | None = typer.Option(
+            None, "--timeout", help="give up waiting after this many s"
+        ),
     ) -> None:
         """Validate a batch and enqueue it to DECISIONS_BROKER_URL; invalid lines are rejected."""
         settings = get_settings()
@@ -35,7 +41,8 @@ def register(app: typer.Typer) -> None:
         report = client.submit_batch(jobs, reply_to=reply_to, chunk_size=chunk_size)
         console.print(
             f"submitted {len(report.job_ids)} job(s) in {report.messages} message(s) to "
-            f"{_safe_url(settings.broker_url)}; rejected {len(report.rejected)}; replies on {reply_to!r}"
+            f"{_safe_url(settings.broker_url)}; rejected {len(report.rejected)}; "
+            f"replies on {reply_to!r}"
         )
         for job_id, problems in report.rejected.items():
             listed = "; ".join(f"{p.field}: {p.message}" for p in problems)
@@ -45,7 +52,10 @@ def register(app: typer.Typer) -> None:
         wanted = set(report.job_ids)
         counts: dict[str, int] = {}
         with Progress(
-            TextColumn("[bold]replies"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("[bold]replies"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
             console=console,
         ) as progress:
             task = progress.add_task("replies", total=len(wanted))
@@ -58,7 +68,9 @@ def register(app: typer.Typer) -> None:
     @app.command("results")
     def results(
         stream: str = typer.Argument(..., help="a reply stream (a job's reply_to)"),
-        follow: bool = typer.Option(False, "--follow", "-f", help="keep printing as replies arrive"),
+        follow: bool = typer.Option(
+            False, "--follow", "-f", help="keep printing as replies arrive"
+        ),
     ) -> None:
         """Print a reply stream as JSON lines (every entry, duplicates included)."""
         settings = get_settings()

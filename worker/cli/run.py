@@ -19,22 +19,32 @@ __all__ = ["register"]
 def register(app: typer.Typer) -> None:
     @app.command("run")
     def run(
-        file: Path = typer.Argument(..., exists=True, dir_okay=False, help="a batch, one job per line"),
-        out: Path = typer.Option(Path("out"), "--out", help="where results.jsonl and escalations.jsonl go"),
+        file: Path = typer.Argument(
+            ..., exists=True, dir_okay=False, help="a batch, one job per line"
+        ),
+        out: Path = typer.Option(
+            Path("out"), "--out", help="where results.jsonl and escalations.jsonl go"
+        ),
     ) -> None:
-        """Run a batch on an in-process worker (memory broker, SQLite ledger here, faux provider)."""
+        """Run a batch on an in-process worker: memory broker, SQLite ledger, faux provider."""
         settings = get_settings()
         provider = settings.default_provider
         if provider == "faux" and not settings.faux_url:
-            console.print("provider: [bold]faux[/] (in-process fake, no request leaves this machine; "
-                          "set DECISIONS_DEFAULT_PROVIDER for a real one)")
+            console.print(
+                "provider: [bold]faux[/] (in-process fake, no request leaves this machine; "
+                "set DECISIONS_DEFAULT_PROVIDER for a real one)"
+            )
         else:
             console.print(f"provider: [bold]{provider}[/]")
         console.print(f"ledger: {settings.ledger_url}")
         jobs = read_jobs(file)
         with Progress(
-            TextColumn("[bold]jobs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=console, transient=False,
+            TextColumn("[bold]jobs"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
         ) as progress:
             task = progress.add_task("jobs", total=None)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from enum import Enum
+from enum import StrEnum
 
 import typer
 from pydantic import TypeAdapter
@@ -14,7 +14,7 @@ from shared.replies import Reply
 __all__ = ["register"]
 
 
-class Which(str, Enum):
+class Which(StrEnum):
     job = "job"
     reply = "reply"
 

@@ -64,18 +64,26 @@ def register(app: typer.Typer) -> None:
         host: str = typer.Option("127.0.0.1", "--host"),
         port: int = typer.Option(8765, "--port"),
         latency_ms: float = typer.Option(0.0, "--latency-ms", help="delay before each answer"),
-        mode: str = typer.Option("ok", "--mode", help="ok, refuse, rate_limit, status, drop_before_read, "
-                                 "drop_after_read, reset_after_read, garbage, bad_probabilities"),
+        mode: str = typer.Option(
+            "ok",
+            "--mode",
+            help="ok, refuse, rate_limit, status, drop_before_read, "
+            "drop_after_read, reset_after_read, garbage, bad_probabilities",
+        ),
         status_code: int | None = typer.Option(None, "--status-code", help="with --mode status"),
-        retry_after: float | None = typer.Option(None, "--retry-after", help="with --mode rate_limit"),
-        fail_first: int | None = typer.Option(None, "--fail-first", help="misbehave for N requests only"),
+        retry_after: float | None = typer.Option(
+            None, "--retry-after", help="with --mode rate_limit"
+        ),
+        fail_first: int | None = typer.Option(
+            None, "--fail-first", help="misbehave for N requests only"
+        ),
     ) -> None:
         """Serve the fake System One / Parallel / OpenAI Decisions endpoint."""
         from worker.faux import FauxBehaviour, run_forever
 
         behaviour = FauxBehaviour(
             latency_ms=latency_ms,
-            mode=mode,  # type: ignore[arg-type]
+            mode=mode,
             status_code=status_code,
             retry_after_s=retry_after,
             fail_first=fail_first,
