@@ -193,7 +193,7 @@ def test_fail_first_with_a_connection_mode(either: Either) -> None:
 @pytest.mark.parametrize("mode", ["drop_before_read", "drop_after_read", "reset_after_read"])
 def test_an_override_makes_only_one_call_misbehave(either: Either, mode: str) -> None:
     provider, client = either
-    provider.override("job-2:decide", FauxBehaviour(mode=mode))  # type: ignore[arg-type]
+    provider.override("job-2:decide", FauxBehaviour(mode=mode))
     ok = post(client, "/v1/systemone", system_one_body(), headers=keyed("job-1:decide"))
     assert ok.status_code == 200
     with pytest.raises(httpx.TransportError):

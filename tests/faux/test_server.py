@@ -272,7 +272,7 @@ def test_run_forever_prints_its_url_and_stops_on_a_signal(sig: signal.Signals) -
 def test_control_endpoints_answer_whatever_the_behaviour(server: FauxServer) -> None:
     # New connections each time: a drop at accept would make the faux unreachable.
     for mode in ("drop_before_read", "drop_after_read", "reset_after_read", "status", "garbage"):
-        server.provider.set_behaviour(FauxBehaviour(mode=mode))  # type: ignore[arg-type]
+        server.provider.set_behaviour(FauxBehaviour(mode=mode))
         assert httpx.get(f"{server.url}/_faux/calls").json() == {}
         assert httpx.get(f"{server.url}/api/v1/models?output_modalities=decisions").is_success
     put = httpx.put(f"{server.url}/_faux/behaviour", json={"mode": "ok"})

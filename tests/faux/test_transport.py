@@ -48,7 +48,7 @@ def test_async_latency_does_not_block_the_loop() -> None:
 def test_async_connection_modes_raise_what_httpx_raises(
     mode: str, error: type[httpx.TransportError]
 ) -> None:
-    provider = FauxProvider(FauxBehaviour(mode=mode))  # type: ignore[arg-type]
+    provider = FauxProvider(FauxBehaviour(mode=mode))
 
     async def send() -> None:
         async with httpx.AsyncClient(transport=provider.transport(), base_url="http://f") as c:
