@@ -9,7 +9,9 @@
 ``SCHEMA`` is the schema encoding of ``schema_json``. A ``handler`` names a function
 registered in the worker (an allowlist: a job never names arbitrary code); its payload
 schema comes from that function's signature on the worker side, and ``description``, when
-present, replaces the handler's docstring in the menu. Names are non-empty, without
+present, replaces the handler's docstring in the menu (``menu_to_json`` writes it only when
+it differs from the function's own docstring, so that a decoded menu encodes back to the
+same JSON). Names are non-empty, without
 surrounding blanks, unique. No other keys are allowed.
 
 ``menu_to_json(options)`` (client side) encodes the Python forms: a callable encodes as the
@@ -31,7 +33,7 @@ from shared.menus.menu import Menu, build_menu
 from shared.menus.option_types import FunctionOption, Option, SchemaOption, ValueOption
 from shared.menus.options import check_name, normalize_options
 from shared.menus.schema_json import SCHEMA_JSON_SCHEMA, schema_from_json, schema_to_json
-from shared.menus.signature import function_option
+from shared.menus.signature import docstring_description, function_option
 
 __all__ = ["OPTIONS_JSON_SCHEMA", "PICK_JSON_SCHEMA", "menu_from_json", "menu_to_json"]
 
@@ -68,7 +70,10 @@ def _option_to_json(option: Option) -> dict[str, Any]:
                 f"option {option.name!r}: {option.func!r} has no name to register it by"
             )
         out = {"kind": "handler", "name": option.name, "handler": handler}
-    elif isinstance(option, ValueOption):
+        if option.description and option.description != docstring_description(option.func):
+            out["description"] = option.description
+        return out
+    if isinstance(option, ValueOption):
         _check_json(option.value, option.name)
         out = {"kind": "value", "name": option.name, "value": option.value}
     else:
@@ -124,25 +129,30 @@ def _option_from_json(item: Any, path: str, handlers: Mapping[str, Callable[...,
     return function_option(name, func, description, handler=handler)
 
 
-def _check_json(value: Any, where: str) -> None:
+def _check_json(value: Any, option: str, path: str = "value") -> None:
+    problem = _json_problem(value, path)
+    if problem:
+        raise TypeError(f"option {option!r}: a value on the queue must be plain JSON; {problem}")
+
+
+def _json_problem(value: Any, path: str) -> str | None:
     if value is None or isinstance(value, str | bool | int):
-        return
+        return None
     if isinstance(value, float):
-        if not math.isfinite(value):
-            raise TypeError(f"option {where!r}: value {value!r} is not JSON")
-        return
+        return None if math.isfinite(value) else f"{path} is {value!r}"
     if isinstance(value, list):
         for i, v in enumerate(value):
-            _check_json(v, f"{where}[{i}]")
-        return
+            if problem := _json_problem(v, f"{path}[{i}]"):
+                return problem
+        return None
     if isinstance(value, dict):
         for k, v in value.items():
             if not isinstance(k, str):
-                raise TypeError(f"option {where!r}: key {k!r} is not a string")
-            _check_json(v, f"{where}.{k}")
-        return
-    kind = type(value).__name__
-    raise TypeError(f"option {where!r}: a value sent over the queue must be plain JSON, not {kind}")
+                return f"{path} has the key {k!r}, not a string"
+            if problem := _json_problem(v, f"{path}.{k}"):
+                return problem
+        return None
+    return f"{path} is a {type(value).__name__}"
 
 
 def _any_handler(**kwargs: Any) -> Any:  # pragma: no cover - never called, only encoded

@@ -26,7 +26,7 @@ from shared.menus.option_types import NO_DEFAULT, FromContext, FunctionOption, P
 from shared.menus.runtime import Runtime
 from shared.menus.spec import TypeSpec
 
-__all__ = ["doc_params", "first_paragraph", "function_option"]
+__all__ = ["doc_params", "docstring_description", "first_paragraph", "function_option"]
 
 _SECTION = re.compile(r"^(Args|Arguments|Parameters|Params|Keyword Args|Keyword Arguments):\s*$")
 _ENTRY = re.compile(r"^\*{0,2}(\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
@@ -138,6 +138,11 @@ def _doc(func: Callable[..., Any]) -> str:
         else type(target).__doc__
     )
     return inspect.cleandoc(raw) if isinstance(raw, str) else ""
+
+
+def docstring_description(func: Callable[..., Any]) -> str | None:
+    """The description a function option gets from ``func``'s docstring."""
+    return first_paragraph(_doc(func))
 
 
 def first_paragraph(doc: str) -> str | None:
