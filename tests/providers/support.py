@@ -138,7 +138,9 @@ def _settings(**values: Any) -> Settings:
     )
 
 
-def _system_one(config: SystemOneConfig) -> Callable[[httpx.AsyncClient, TransportPolicy], HttpDecisionProvider]:
+def _system_one(
+    config: SystemOneConfig,
+) -> Callable[[httpx.AsyncClient, TransportPolicy], HttpDecisionProvider]:
     return lambda http, policy: SystemOneProvider(config, http=http, policy=policy)
 
 
@@ -207,9 +209,7 @@ CASES: tuple[Case, ...] = (
         name="openai",
         key_env="OPENAI_API_KEY",
         path="/v1/decisions",
-        build=lambda http, policy: OpenAIDecisionsProvider(
-            http=http, base_url=BASE, policy=policy
-        ),
+        build=lambda http, policy: OpenAIDecisionsProvider(http=http, base_url=BASE, policy=policy),
         model=None,
         min_choice_options=2,
         answered_basis="estimate",

@@ -202,8 +202,14 @@ async def test_key_is_read_at_send_time(monkeypatch: pytest.MonkeyPatch) -> None
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 @pytest.mark.parametrize(
     ("status", "code"),
-    [(401, "auth"), (403, "auth"), (400, "invalid_request"), (422, "invalid_request"),
-     (413, "invalid_request"), (404, "invalid_request")],
+    [
+        (401, "auth"),
+        (403, "auth"),
+        (400, "invalid_request"),
+        (422, "invalid_request"),
+        (413, "invalid_request"),
+        (404, "invalid_request"),
+    ],
 )
 async def test_definitive_statuses(case: Case, status: int, code: str) -> None:
     rig = Rig.build(case, FauxBehaviour(mode="status", status_code=status))
@@ -248,7 +254,7 @@ def _assert_unknown_cost(case: Case, exc: DecisionProviderError) -> None:
 async def test_connection_lost_after_sending_is_unknown_and_sent_once(
     case: Case, mode: str
 ) -> None:
-    rig = Rig.build(case, FauxBehaviour(mode=mode))  # type: ignore[arg-type]
+    rig = Rig.build(case, FauxBehaviour(mode=mode))
     try:
         exc = await _fails(rig)
     finally:
@@ -337,7 +343,7 @@ async def test_429_retry_after_past_the_deadline_is_rate_limited_at_once(case: C
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 @pytest.mark.parametrize("mode", ["garbage", "bad_probabilities"])
 async def test_invalid_responses(case: Case, mode: str) -> None:
-    rig = Rig.build(case, FauxBehaviour(mode=mode))  # type: ignore[arg-type]
+    rig = Rig.build(case, FauxBehaviour(mode=mode))
     try:
         exc = await _fails(rig)
     finally:

@@ -18,7 +18,9 @@ SCORE = {"type": "score", "instructions": "?", "criteria": ["low", "mid", "high"
 
 
 def _decode(question: dict[str, Any], answer: Any) -> Any:
-    return decode_answers({"q": question}, {"q": answer} if answer is not None else {}, provider="t")["q"]
+    return decode_answers(
+        {"q": question}, {"q": answer} if answer is not None else {}, provider="t"
+    )["q"]
 
 
 def _invalid(question: dict[str, Any], answer: Any) -> str:
@@ -38,7 +40,8 @@ def test_missing_or_refusal_is_refused_without_value(question: dict[str, Any], a
 
 
 @pytest.mark.parametrize(
-    ("p", "value", "confidence"), [(0.95, True, 0.9), (0.5, True, 0.0), (0.49, False, 0.02), (0.0, False, 1.0)]
+    ("p", "value", "confidence"),
+    [(0.95, True, 0.9), (0.5, True, 0.0), (0.49, False, 0.02), (0.0, False, 1.0)],
 )
 def test_noul(p: float, value: bool, confidence: float) -> None:
     decoded = _decode(NOUL, {"type": "noul", "noul": p})
@@ -66,7 +69,9 @@ def test_noul_mistyped(answer: Any) -> None:
 
 def test_choice_reported_and_derived_confidence() -> None:
     probs = {"a": 0.6, "b": 0.3, "c": 0.1}
-    reported = _decode(CHOICE, {"type": "choice", "choice": "a", "probabilities": probs, "confidence": 0.77})
+    reported = _decode(
+        CHOICE, {"type": "choice", "choice": "a", "probabilities": probs, "confidence": 0.77}
+    )
     assert (reported.confidence, reported.confidence_source) == (0.77, "reported")
     derived = _decode(CHOICE, {"type": "choice", "choice": "a", "probabilities": probs})
     assert derived.confidence == pytest.approx(0.3) and derived.confidence_source == "derived"
@@ -86,7 +91,10 @@ def test_choice_missing_options_count_as_zero() -> None:
         ({"type": "choice", "choice": "a", "probabilities": {"a": 0.5, "z": 0.5}}, "not offered"),
         ({"type": "choice", "choice": "a", "probabilities": {"a": 0.6, "b": 0.3}}, "sum to 1"),
         ({"type": "choice", "choice": "a", "probabilities": {"a": 0.7, "b": 0.4}}, "sum to 1"),
-        ({"type": "choice", "choice": "c", "probabilities": {"a": 0.6, "b": 0.3, "c": 0.1}}, "most probable"),
+        (
+            {"type": "choice", "choice": "c", "probabilities": {"a": 0.6, "b": 0.3, "c": 0.1}},
+            "most probable",
+        ),
         ({"type": "choice", "choice": "a"}, "probabilities"),
         ({"type": "choice", "choice": 1, "probabilities": {"a": 1.0}}, "string"),
     ],
@@ -96,32 +104,46 @@ def test_choice_invalid(answer: dict[str, Any], why: str) -> None:
 
 
 def test_choice_tie_within_rounding_is_accepted() -> None:
-    decoded = _decode(CHOICE, {"type": "choice", "choice": "b", "probabilities": {"a": 0.5, "b": 0.49, "c": 0.01}})
+    decoded = _decode(
+        CHOICE, {"type": "choice", "choice": "b", "probabilities": {"a": 0.5, "b": 0.49, "c": 0.01}}
+    )
     assert decoded.value == "b"
 
 
 def test_score_label_probability_and_derived_confidence() -> None:
-    decoded = _decode(SCORE, {"type": "score", "score": 1.05, "probabilities": {"0": 0.0, "1": 0.95, "2": 0.05}})
+    decoded = _decode(
+        SCORE, {"type": "score", "score": 1.05, "probabilities": {"0": 0.0, "1": 0.95, "2": 0.05}}
+    )
     assert decoded.value == 1.05 and decoded.label == "mid" and decoded.probability == 0.95
     assert decoded.confidence == pytest.approx(0.9) and decoded.confidence_source == "derived"
 
 
-@pytest.mark.parametrize(("score", "label"), [(0.49, "low"), (0.5, "mid"), (1.5, "high"), (2.0, "high")])
+@pytest.mark.parametrize(
+    ("score", "label"), [(0.49, "low"), (0.5, "mid"), (1.5, "high"), (2.0, "high")]
+)
 def test_score_nearest_label_half_up(score: float, label: str) -> None:
     # Probabilities chosen so that sum(i * p_i) == score.
     p2 = score / 2
-    decoded = _decode(SCORE, {"type": "score", "score": score, "probabilities": {"0": 1 - p2, "2": p2}})
+    decoded = _decode(
+        SCORE, {"type": "score", "score": score, "probabilities": {"0": 1 - p2, "2": p2}}
+    )
     assert decoded.label == label
 
 
 @pytest.mark.parametrize(
     ("answer", "why"),
     [
-        ({"type": "score", "score": 1.8, "probabilities": {"0": 0.0, "1": 0.95, "2": 0.05}}, "inconsistent"),
+        (
+            {"type": "score", "score": 1.8, "probabilities": {"0": 0.0, "1": 0.95, "2": 0.05}},
+            "inconsistent",
+        ),
         ({"type": "score", "score": 3.0, "probabilities": {"2": 1.0}}, "outside"),
         ({"type": "score", "score": 1.0, "probabilities": {"1": 0.9, "3": 0.1}}, "not offered"),
         ({"type": "score", "score": "1", "probabilities": {"1": 1.0}}, "number"),
-        ({"type": "score", "score": 1.0, "probabilities": {"1": 1.0}, "legend": {"7": "x"}}, "legend"),
+        (
+            {"type": "score", "score": 1.0, "probabilities": {"1": 1.0}, "legend": {"7": "x"}},
+            "legend",
+        ),
     ],
 )
 def test_score_invalid(answer: dict[str, Any], why: str) -> None:
@@ -140,7 +162,9 @@ def test_answers_not_an_object() -> None:
 
 
 def test_messages_never_echo_response_values() -> None:
-    text = _invalid(CHOICE, {"type": "choice", "choice": "SECRET-OPTION", "probabilities": {"a": 1.0}})
+    text = _invalid(
+        CHOICE, {"type": "choice", "choice": "SECRET-OPTION", "probabilities": {"a": 1.0}}
+    )
     assert "SECRET-OPTION" not in text
     text = _invalid(NOUL, {"type": "SECRET-TYPE", "noul": 0.5})
     assert "SECRET-TYPE" not in text
@@ -171,7 +195,11 @@ def test_rounded_distributions_always_decode(shares: list[int], data: st.DataObj
         reported = exact
     score = round(sum(i * p for i, p in enumerate(exact)), 2)
     question = {"type": "score", "instructions": "?", "criteria": [f"l{i}" for i in range(n)]}
-    answer = {"type": "score", "score": score, "probabilities": {str(i): p for i, p in enumerate(reported)}}
+    answer = {
+        "type": "score",
+        "score": score,
+        "probabilities": {str(i): p for i, p in enumerate(reported)},
+    }
     decoded = _decode(question, answer)
     assert decoded.label == f"l{min(int(score + 0.5), n - 1)}"
     assert 0.0 <= (decoded.confidence or 0.0) <= 1.0

@@ -47,7 +47,9 @@ def _plan(state: Any, assets: dict[str, bytes], model: str, qs: Any = None) -> A
     return plan_images(state, qs or NOUL, assets, model=model, provider="t")
 
 
-def _refused(state: Any, assets: dict[str, bytes], model: str, qs: Any = None) -> DecisionProviderError:
+def _refused(
+    state: Any, assets: dict[str, bytes], model: str, qs: Any = None
+) -> DecisionProviderError:
     with pytest.raises(DecisionProviderError) as info:
         _plan(state, assets, model, qs)
     assert info.value.code == "invalid_request"
@@ -56,13 +58,22 @@ def _refused(state: Any, assets: dict[str, bytes], model: str, qs: Any = None) -
 
 def test_jev_detection() -> None:
     assert is_jev("jev-latest") and is_jev("typesafe/jev-1.14") and is_jev("jev-1.13.0")
-    assert not is_jev("liquid/d1") and not is_jev("faux-1") and not is_jev("jevons") and not is_jev(None)
+    assert (
+        not is_jev("liquid/d1")
+        and not is_jev("faux-1")
+        and not is_jev("jevons")
+        and not is_jev(None)
+    )
 
 
 def test_object_state_is_reshaped_for_other_models() -> None:
     state = {"invoice": "<i1>", "note": "compare", "receipt": "<i2>"}
     plan = _plan(state, {"i1": png(), "i2": jpeg()}, "liquid/d1")
-    assert plan.state == [{"note": "compare", "image_fields": ["invoice", "receipt"]}, "<i1>", "<i2>"]
+    assert plan.state == [
+        {"note": "compare", "image_fields": ["invoice", "receipt"]},
+        "<i1>",
+        "<i2>",
+    ]
     assert plan.assets["i1"]["format"] == "png" and plan.assets["i2"]["format"] == "jpeg"
     assert base64.b64decode(plan.assets["i1"]["data_base64"]) == png()
     assert plan.assets["i1"]["type"] == "image"
@@ -85,7 +96,11 @@ def test_array_state_with_whole_tokens_goes_as_is() -> None:
         ({"doc": "see <i1> here"}, None, "state.doc"),
         (["see <i1>"], None, "state.0"),
         ("<i1>", None, "state"),
-        (["x"], {"q": {"type": "noul", "instructions": "is <i1> red?"}}, "questions.q.instructions"),
+        (
+            ["x"],
+            {"q": {"type": "noul", "instructions": "is <i1> red?"}},
+            "questions.q.instructions",
+        ),
     ],
 )
 def test_token_anywhere_else_is_refused_for_other_models(state: Any, qs: Any, field: str) -> None:
@@ -93,14 +108,21 @@ def test_token_anywhere_else_is_refused_for_other_models(state: Any, qs: Any, fi
 
 
 def test_jev_reads_tokens_anywhere() -> None:
-    qs = {"q": {"type": "choice", "instructions": "which of <i1>?",
-                "criteria": {"<i2>": None, "other": "not the second image"}}}
+    qs = {
+        "q": {
+            "type": "choice",
+            "instructions": "which of <i1>?",
+            "criteria": {"<i2>": None, "other": "not the second image"},
+        }
+    }
     state = {"doc": "see <i1> here"}
     plan = _plan(state, {"i1": png(), "i2": png()}, "typesafe/jev-1.14", qs)
     assert plan.state == state
 
 
-@pytest.mark.parametrize(("w", "h", "ok"), [(280, 280, True), (1568, 1568, True), (1569, 400, False), (400, 279, False)])
+@pytest.mark.parametrize(
+    ("w", "h", "ok"), [(280, 280, True), (1568, 1568, True), (1569, 400, False), (400, 279, False)]
+)
 def test_jev_side_limits(w: int, h: int, ok: bool) -> None:
     if ok:
         _plan(["<i1>"], {"i1": png(w, h)}, "jev-latest")
@@ -213,7 +235,12 @@ async def test_catalog_is_read_once_for_concurrent_requests() -> None:
     wire = Counting(FauxProvider().transport(), catalog_delay=0.2)
     provider = _openrouter(wire)
     results = await asyncio.gather(
-        *(provider.decide(_request("typesafe/jev-1.14", {"n": str(i), "a": "<i1>", "b": "<i2>"}), deadline()) for i in range(5))
+        *(
+            provider.decide(
+                _request("typesafe/jev-1.14", {"n": str(i), "a": "<i1>", "b": "<i2>"}), deadline()
+            )
+            for i in range(5)
+        )
     )
     assert wire.catalog_reads == 1 and len(wire.decisions) == 5
     assert all(r.receipt.status == "answered" for r in results)

@@ -104,7 +104,10 @@ async def test_answer_twice_for_one_question_is_invalid() -> None:
 
 @pytest.mark.usefixtures("keys")
 async def test_missing_answers_are_refusals() -> None:
-    body = {"id": "dec_1", "answers": [{"type": "predicate", "name": "is_urgent", "probability": 0.2}]}
+    body = {
+        "id": "dec_1",
+        "answers": [{"type": "predicate", "name": "is_urgent", "probability": 0.2}],
+    }
     result = await _answered(body)
     assert result.answers["frustration"].refused and result.answers["frustration"].value is None
     assert result.answers["department"].refused
@@ -117,8 +120,14 @@ async def test_missing_answers_are_refusals() -> None:
 async def test_boolean_choice_values_map_to_true_false_options() -> None:
     q = {"flag": {"type": "choice", "instructions": "x", "criteria": {"true": None, "false": None}}}
     answer = {
-        "type": "choice", "name": "flag", "choice": True, "confidence": 0.5,
-        "probabilities": [{"value": True, "probability": 0.75}, {"value": False, "probability": 0.25}],
+        "type": "choice",
+        "name": "flag",
+        "choice": True,
+        "confidence": 0.5,
+        "probabilities": [
+            {"value": True, "probability": 0.75},
+            {"value": False, "probability": 0.25},
+        ],
     }
 
     def handler(request: httpx.Request) -> httpx.Response:

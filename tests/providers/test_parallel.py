@@ -28,11 +28,13 @@ def _provider(
         await request.aread()
         sent.append(request)
         if handler is not None:
-            return handler(request)  # type: ignore[no-any-return]
+            return handler(request)
         return await inner.handle_async_request(request)
 
     http = httpx.AsyncClient(transport=httpx.MockTransport(record))
-    return ParallelProvider(http=http, base_url="http://faux.invalid", modes=modes, policy=FAST), sent
+    return ParallelProvider(
+        http=http, base_url="http://faux.invalid", modes=modes, policy=FAST
+    ), sent
 
 
 def _refused(provider: ParallelProvider, **changes: Any) -> DecisionProviderError:
@@ -123,7 +125,9 @@ def test_models_and_modes() -> None:
     provider, _ = _provider(modes=("fast", "deep"))
     assert provider.models() == ("parallel-fast", "parallel-deep")
     assert provider.default_model() == "parallel-fast"
-    deep = provider.prepare(DecisionRequest(state="s", questions=dict(QUESTIONS), model="parallel-deep"))
+    deep = provider.prepare(
+        DecisionRequest(state="s", questions=dict(QUESTIONS), model="parallel-deep")
+    )
     assert json.loads(deep.body)["mode"] == "deep" and deep.model == "parallel-deep"
     first = provider.prepare(DecisionRequest(state="s", questions=dict(QUESTIONS)))
     assert json.loads(first.body)["mode"] == "fast"

@@ -119,7 +119,9 @@ def _check_receipt(receipt: Receipt, expect: dict[str, Any]) -> None:
 def _messages(value: Any) -> list[str]:
     """The free-text fields of an error body (where a host echoes input)."""
     if isinstance(value, dict):
-        found = [v for k, v in value.items() if k in {"message", "flagged_input"} and isinstance(v, str)]
+        found = [
+            v for k, v in value.items() if k in {"message", "flagged_input"} and isinstance(v, str)
+        ]
         return found + [s for item in value.values() for s in _messages(item)]
     if isinstance(value, list):
         return [s for item in value for s in _messages(item)]

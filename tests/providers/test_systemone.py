@@ -37,7 +37,11 @@ def _openrouter(
         openrouter_base_url="http://faux.invalid/api", openrouter_default_model=default_model
     )
     http = httpx.AsyncClient(transport=httpx.MockTransport(record))
-    return SystemOneProvider(SystemOneConfig.openrouter(settings), http=http, policy=FAST), faux, sent
+    return (
+        SystemOneProvider(SystemOneConfig.openrouter(settings), http=http, policy=FAST),
+        faux,
+        sent,
+    )
 
 
 def test_openrouter_without_a_model_is_refused_before_sending() -> None:
@@ -110,7 +114,9 @@ async def test_custom_host_path_and_request_id_header() -> None:
     )
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
         provider = SystemOneProvider(SystemOneConfig.host("acme", host), http=http, policy=FAST)
-        result = await provider.decide(DecisionRequest(state="s", questions=questions()), deadline())
+        result = await provider.decide(
+            DecisionRequest(state="s", questions=questions()), deadline()
+        )
         with pytest.raises(DecisionProviderError) as info:
             provider.prepare(DecisionRequest(state="s", questions=questions(), model="other"))
     assert seen[0].url.path == "/inference/v1/systemone"
@@ -122,7 +128,9 @@ async def test_custom_host_path_and_request_id_header() -> None:
 
 async def test_registry_default_is_the_in_process_faux(no_keys: None) -> None:
     faux = FauxProvider()
-    registry = ProviderRegistry.from_settings(Settings(faux_url=None), faux_transport=faux.transport())
+    registry = ProviderRegistry.from_settings(
+        Settings(faux_url=None), faux_transport=faux.transport()
+    )
     try:
         assert registry.default_name == "faux"
         provider = registry.get(None)

@@ -51,7 +51,9 @@ async def _send(
     try:
         response = await send_never_replay(
             client,
-            OutboundRequest("POST", url + "/v1/decide", b'{"q":1}', {"Content-Type": "application/json"}),
+            OutboundRequest(
+                "POST", url + "/v1/decide", b'{"q":1}', {"Content-Type": "application/json"}
+            ),
             provider="loop",
             deadline=_deadline(seconds),
             auth=AuthSpec(KEY_VAR),
@@ -241,8 +243,15 @@ async def test_408_and_5xx_are_unknown_never_resent(status: int) -> None:
 
 @pytest.mark.parametrize(
     ("status", "code"),
-    [(401, "auth"), (403, "auth"), (400, "invalid_request"), (413, "invalid_request"),
-     (422, "invalid_request"), (402, "invalid_request"), (307, "configuration")],
+    [
+        (401, "auth"),
+        (403, "auth"),
+        (400, "invalid_request"),
+        (413, "invalid_request"),
+        (422, "invalid_request"),
+        (402, "invalid_request"),
+        (307, "configuration"),
+    ],
 )
 async def test_definitive_statuses(status: int, code: str) -> None:
     body = {"error": {"message": "echo sk-loopback and the body"}}
