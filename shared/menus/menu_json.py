@@ -114,9 +114,11 @@ def _option_from_json(item: Any, path: str, handlers: Mapping[str, Callable[...,
     if kind == "value":
         return ValueOption(name, item["value"], description)
     if kind == "schema":
-        return SchemaOption(
-            name, schema_from_json(item["schema"], path=f"{path}.schema"), description
-        )
+        schema = schema_from_json(item["schema"], path=f"{path}.schema")
+        try:
+            return SchemaOption(name, schema, description)
+        except ValueError as exc:  # a "decision" field, which would replace the result's key
+            raise MenuSpecInvalid(f"{path}.schema", str(exc)) from None
     handler = item["handler"]
     if not isinstance(handler, str) or not handler:
         raise MenuSpecInvalid(f"{path}.handler", "handler is a registered handler's name")

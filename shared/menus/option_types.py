@@ -112,5 +112,12 @@ class SchemaOption:
     description: str | None = None
     kind: Literal["schema"] = field(default="schema", init=False)
 
+    def __post_init__(self) -> None:
+        # The result is {"decision": name, **fields}: a field of that name would replace it.
+        if "decision" in self.schema.names:
+            raise ValueError(
+                f"option {self.name!r}: a schema option cannot declare a 'decision' field"
+            )
+
 
 Option = FunctionOption | ValueOption | SchemaOption

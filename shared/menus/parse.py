@@ -68,22 +68,15 @@ def parse_pick(
     runtime: Runtime | None = None,
 ) -> Pick:
     menu = as_menu(options)  # malformed options are the caller's TypeError/ValueError, not retried
-    if isinstance(reply, Mapping):
-        name, args = read_action(dict(reply))
-        raw = ""
-    else:
-        if isinstance(reply, ModelReply):
-            _check_stop(reply)
-            text: object = reply.text
-            if text is None and reply.tool_calls:
-                raise PickError(
-                    "no_action",
-                    "the reply made native tool calls instead of a pick; "
-                    'reply with {"call": "<option name>", "args": {...}} in the text',
-                )
-        else:
-            text = reply
-        name, args, raw = extract_action(text) if text is not None else _empty()
+    try:
+        name, args, raw = _action(reply)
+    except PickError as error:
+        if error.kind != "unknown_call":
+            raise
+        valid = ", ".join(menu.names)
+        raise PickError(
+            "unknown_call", f"{error.message}; valid options: {valid}", path="call"
+        ) from None
     option = menu.option(name)
     if option is None:
         valid = ", ".join(menu.names)
@@ -116,6 +109,26 @@ def parse_args(
     return pick.option, pick.kwargs
 
 
+def _action(reply: object) -> tuple[str, dict[str, Any], str]:
+    """The call name, arguments and raw JSON text of a reply (or of a pick object)."""
+    if isinstance(reply, Mapping):
+        name, args = read_action(dict(reply))
+        return name, args, ""
+    text: object = reply
+    if isinstance(reply, ModelReply):
+        _check_stop(reply)
+        text = reply.text
+        if text is None and reply.tool_calls:
+            raise PickError(
+                "no_action",
+                "the reply made native tool calls instead of a pick; "
+                'reply with {"call": "<option name>", "args": {...}} in the text',
+            )
+        if text is None:
+            raise PickError("no_action", "the reply is empty")
+    return extract_action(text)
+
+
 def _check_stop(reply: ModelReply) -> None:
     if reply.refused:
         said = f": {reply.refusal[:200]}" if reply.refusal else ""
@@ -125,10 +138,6 @@ def _check_stop(reply: ModelReply) -> None:
             "truncated",
             "the reply was cut off (finish reason: length); reply with the JSON pick only, briefly",
         )
-
-
-def _empty() -> tuple[str, dict[str, Any], str]:
-    raise PickError("no_action", "the reply is empty")
 
 
 def bind_function_args(

@@ -133,6 +133,8 @@ class DecisionSession:
         self.max_steps = max_steps
         #: One record per failed pick attempt: step, kind, message, path, reply_head.
         self.errors: list[dict[str, str]] = []
+        #: The last reply fed in (for a ``menu_unparseable`` escalation: it and ``menu.text``).
+        self.last_reply: ModelReply | None = None
         self._messages = list(opening)
         self._specs = tool_specs(tools) if tools else None
         self._turn = 0
@@ -209,6 +211,7 @@ class DecisionSession:
             reply = ModelReply(text=reply)
         elif not isinstance(reply, ModelReply):
             reply = ModelReply(text=None if reply is None else reply)
+        self.last_reply = reply
         working = self._attempt == 0 and self._specs is not None
         if working and reply.tool_calls:
             self._turn += 1

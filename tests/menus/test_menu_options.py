@@ -421,3 +421,22 @@ def test_unregistered_handler_names_it() -> None:
 def test_schema_instance_is_accepted_as_a_schema() -> None:
     (option,) = normalize_options({"x": ("d", Schema())})
     assert option == SchemaOption("x", Schema(), "d")
+
+
+def test_a_schema_option_cannot_declare_a_decision_field() -> None:
+    with pytest.raises(ValueError, match="'decision'"):
+        normalize_options({"x": ("d", {"decision": str})})
+    with pytest.raises(MenuSpecInvalid) as info:
+        from shared.menus import menu_from_json
+
+        menu_from_json(
+            [
+                {
+                    "kind": "schema",
+                    "name": "x",
+                    "schema": {"type": "object", "fields": [{"name": "decision", "type": "str"}]},
+                }
+            ],
+            {},
+        )
+    assert info.value.path == "[0].schema"

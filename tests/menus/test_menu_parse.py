@@ -262,3 +262,8 @@ def test_arbitrary_args_raise_only_the_parse_error(args: Any) -> None:
             parse_args({"call": call, "args": args}, options)
         except PickError as error:
             assert error.kind in PICK_ERROR_KINDS and error.problems
+
+
+def test_a_non_string_call_also_lists_the_valid_names() -> None:
+    error = error_of('{"call": {"name": "analyze"}, "args": {}}')
+    assert error.kind == "unknown_call" and "valid options: analyze, done, plan" in error.message

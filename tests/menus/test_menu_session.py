@@ -67,6 +67,9 @@ def test_turn_session_steps_and_keys() -> None:
     with pytest.raises(DecisionError) as info:
         session.on_reply("still none")
     assert [e["step"] for e in info.value.errors] == ["turn.1", "pick.1"]
+    # What a menu_unparseable escalation carries: the rendered menu and the last reply.
+    assert session.last_reply == ModelReply(text="still none")
+    assert session.menu is not None and session.menu.text.startswith("Options")
 
 
 def test_same_replies_same_steps() -> None:
