@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -443,3 +444,17 @@ async def test_cancel_between_attempts_is_aborted(case: Case) -> None:
     assert info.value.code == "aborted" and was_cancelled(info.value)
     assert info.value.receipt.status == "not_sent"
     assert rig.faux.total() == 1
+
+
+@pytest.mark.parametrize("case", CASES_WITH_KEY, ids=[c.name for c in CASES_WITH_KEY])
+async def test_a_key_given_directly_wins_and_stays_out_of_repr(case: Case, no_keys: None) -> None:
+    rig = Rig.build(case)
+    given = "sk-given-directly"
+    rig.provider._auth = replace(rig.provider._auth, fixed_key=given)  # type: ignore[arg-type]
+    try:
+        await _decide(rig)
+    finally:
+        await rig.aclose()
+    value = rig.wire.requests[0].headers[case.key_header]
+    assert value == (f"Bearer {given}" if case.bearer else given)
+    assert given not in repr(rig.provider._auth)

@@ -162,3 +162,22 @@ async def test_answered_cost_is_list_price_and_evidence_is_call_scoped(keys: str
     assert result.receipt.decision_id and result.receipt.decision_id.startswith("dec_")
     assert result.receipt.evidence and all(e.scope == "call" for e in result.receipt.evidence)
     assert result.receipt.model == "parallel-fast"
+
+
+async def test_api_key_given_directly(no_keys: None) -> None:
+    sent: list[httpx.Request] = []
+    inner = FauxProvider().transport()
+
+    async def record(request: httpx.Request) -> httpx.Response:
+        await request.aread()
+        sent.append(request)
+        return await inner.handle_async_request(request)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(record)) as http:
+        provider = ParallelProvider(
+            http=http, base_url="http://faux.invalid", policy=FAST, api_key="sk-direct"
+        )
+        assert provider.key_is_set
+        await provider.decide(DecisionRequest(state=STATE, questions=questions()), deadline())
+    assert sent[0].headers[PARALLEL_KEY_HEADER] == "sk-direct"
+    assert "sk-direct" not in repr(provider.__dict__)

@@ -95,3 +95,28 @@ async def test_aclose_closes_only_the_clients_it_made() -> None:
     await registry.aclose()
     assert not given.is_closed
     await given.aclose()
+
+
+@pytest.mark.parametrize(
+    ("name", "url", "model"),
+    [
+        ("openrouter", "https://openrouter.ai/api/v1/systemone", "liquid/d1"),
+        ("typesafe", "https://api.typesafe.ai/v1/systemone", None),
+        ("parallel", "https://api.parallel.ai/v1/decisions", None),
+        ("openai", "https://api.openai.com/v1/decisions", None),
+    ],
+)
+def test_default_endpoints(name: str, url: str, model: str | None) -> None:
+    from worker.providers import DecisionRequest
+
+    request = DecisionRequest(
+        state="s", questions={"q": {"type": "noul", "instructions": "?"}}, model=model
+    )
+    assert _registry().get(name).prepare(request).url == url
+
+
+def test_transport_policy_comes_from_settings() -> None:
+    registry = _registry(provider_timeout_s=12.5, max_transport_attempts=5)
+    for name in registry.names():
+        policy = registry.get(name)._policy  # type: ignore[attr-defined]
+        assert (policy.timeout_s, policy.max_attempts) == (12.5, 5)

@@ -267,3 +267,9 @@ async def test_auth_header_is_sent_and_counted_once() -> None:
     assert b"authorization: Bearer sk-loopback" in server.heads[0].lower().replace(
         b"bearer", b"Bearer"
     )
+
+
+async def test_deadline_leaving_no_room_for_the_backoff_is_timeout() -> None:
+    policy = TransportPolicy(timeout_s=1.0, max_attempts=5, backoff_base_s=5.0, backoff_max_s=5.0)
+    exc = await _fails(f"http://127.0.0.1:{refusing_port()}", seconds=1.0, policy=policy)
+    assert exc.code == "timeout" and exc.attempts == 1

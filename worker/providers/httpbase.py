@@ -96,10 +96,10 @@ class HttpDecisionProvider:
     @property
     def key_is_set(self) -> bool:
         """Whether a key would be found now (never the key itself)."""
-        if self._auth is None:
+        if self._auth is None or self._auth.fixed_key:
             return True
         if self._auth.env_var is None:
-            return bool(self._auth.fixed_key)
+            return False
         return bool(os.environ.get(self._auth.env_var, "").strip())
 
     def prepare(self, request: DecisionRequest, *, step: str = "decide") -> PreparedRequest:

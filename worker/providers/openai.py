@@ -149,9 +149,11 @@ class OpenAIDecisionsProvider(HttpDecisionProvider):
         key_env: str = OPENAI_KEY_ENV,
         policy: TransportPolicy | None = None,
         limiter: Limiter | None = None,
+        api_key: str | None = None,
     ) -> None:
         super().__init__(
-            name, http=http, auth=AuthSpec(key_env), limits=OPENAI_LIMITS, policy=policy,
+            name, http=http, auth=AuthSpec(key_env, fixed_key=api_key), limits=OPENAI_LIMITS,
+            policy=policy,
             limiter=limiter,
         )
         self.url = base_url.rstrip("/") + OPENAI_PATH

@@ -102,13 +102,15 @@ class ParallelProvider(HttpDecisionProvider):
         key_env: str = PARALLEL_KEY_ENV,
         policy: TransportPolicy | None = None,
         limiter: Limiter | None = None,
+        api_key: str | None = None,
     ) -> None:
         if not modes:
             raise ValueError("Parallel needs at least one mode")
         super().__init__(
             name,
             http=http,
-            auth=AuthSpec(key_env, header=PARALLEL_KEY_HEADER, scheme=None),
+            # ``api_key`` (the seed's ``apiKey``) wins over the variable when given.
+            auth=AuthSpec(key_env, header=PARALLEL_KEY_HEADER, scheme=None, fixed_key=api_key),
             limits=PARALLEL_LIMITS,
             policy=policy,
             limiter=limiter,

@@ -156,8 +156,13 @@ class SystemOneProvider(HttpDecisionProvider):
         policy: TransportPolicy | None = None,
         limiter: Limiter | None = None,
         catalog: ModelCatalog | None = None,
+        api_key: str | None = None,
     ) -> None:
-        auth = AuthSpec(config.key_env) if config.key_env else AuthSpec(None, fixed_key=FAUX_KEY)
+        # ``api_key`` (the seed's ``apiKey``) wins over the variable when given.
+        if config.key_env:
+            auth = AuthSpec(config.key_env, fixed_key=api_key)
+        else:
+            auth = AuthSpec(None, fixed_key=api_key or FAUX_KEY)
         super().__init__(
             config.name, http=http, auth=auth, limits=config.limits, policy=policy,
             limiter=limiter,

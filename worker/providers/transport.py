@@ -106,8 +106,9 @@ class AuthSpec:
     header: str = "Authorization"
     #: ``"Bearer"`` sends ``Bearer KEY``; ``None`` sends the key as the header's whole value.
     scheme: str | None = "Bearer"
-    #: Sent when ``env_var`` is ``None``: a placeholder the faux insists on, never a secret.
-    fixed_key: str | None = None
+    #: A key given directly (the seed's ``apiKey``), which wins over the variable; or the
+    #: placeholder the faux insists on. Kept out of ``repr`` so a logged provider shows none.
+    fixed_key: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -169,9 +170,9 @@ def was_cancelled(exc: BaseException) -> bool:
 
 def read_key(auth: AuthSpec, provider: str) -> str:
     """The key, read by its variable's name now; ``configuration`` naming the variable if unset."""
+    if auth.fixed_key:
+        return auth.fixed_key
     if auth.env_var is None:
-        if auth.fixed_key:
-            return auth.fixed_key
         raise DecisionProviderError(
             "configuration", "no key variable is configured; nothing was sent", provider=provider
         )
