@@ -1,7 +1,7 @@
 """Writes examples/tickets.jsonl: 240 support tickets and a few deliberately invalid lines.
 
 Each ticket asks three questions of one state: is it urgent (noul), which department
-(choice, escalated to a person below 0.5 confidence) and how frustrated (score).
+(choice, escalated to a person below 0.6 confidence) and how frustrated (score).
 Run: python examples/make_tickets.py
 """
 
@@ -66,7 +66,7 @@ QUESTIONS = {
             "sales": "Quotes, upgrades, plan questions",
             "account": None,
         },
-        "escalate_below": 0.5,
+        "escalate_below": 0.6,
     },
     "frustration": {
         "type": "score",

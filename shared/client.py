@@ -177,7 +177,7 @@ class Client:
     def _publish_rejection(self, raw: Any, exc: JobInvalid, reply_to: str | None) -> None:
         if reply_to is not None and isinstance(raw, dict):
             raw = {**raw, "reply_to": reply_to}
-        rejection = rejection_for(raw, exc.problems)
+        rejection = rejection_for(raw, exc.problems, reply_to=reply_to)
         self.publisher.publish(
             stream=rejection.stream,
             job_id=rejection.job_id,

@@ -25,11 +25,15 @@ class Rejection:
         self.message = message
 
 
-def rejection_for(raw: Any, problems: list[FieldProblem]) -> Rejection:
+def rejection_for(
+    raw: Any, problems: list[FieldProblem], *, reply_to: str | None = None
+) -> Rejection:
     """The rejected message of ``raw``: to its ``reply_to`` if that is usable, else REJECTED_STREAM.
 
-    The publish marker is keyed by the body's digest, not the job id alone, so that a corrected
-    job resubmitted under the same id still gets its own terminal message.
+    ``reply_to`` is where the producer asked replies to go when the body itself cannot say
+    (a line that is not JSON). The publish marker is keyed by the body's digest, not the job
+    id alone, so that a corrected job resubmitted under the same id still gets its own
+    terminal message.
     """
     body = raw if isinstance(raw, dict) else {}
     try:
@@ -37,7 +41,7 @@ def rejection_for(raw: Any, problems: list[FieldProblem]) -> Rejection:
     except (TypeError, ValueError):
         digest = digest_of(repr(raw))
     job_id = body.get("id") if isinstance(body.get("id"), str) and body.get("id") else None
-    reply_to = body.get("reply_to")
+    reply_to = body.get("reply_to", reply_to)
     stream = reply_to if isinstance(reply_to, str) and _STREAM_NAME.match(reply_to) else None
     message = RejectedMessage(
         job_id=job_id or f"invalid-{digest[:16]}",

@@ -83,6 +83,9 @@ class Settings(BaseSettings):
     visibility_timeout_s: float = Field(
         3600.0, description="broker redelivery timeout; must be well above the deadline ceiling"
     )
+    reaper_interval_s: float = Field(
+        30.0, ge=0, description="how often a worker escalates expired claims (0: never)"
+    )
     publish_marker_ttl_s: int = Field(7 * 24 * 3600, description="how long publish-once holds")
 
     # --- producers -----------------------------------------------------------------------

@@ -78,3 +78,12 @@ app = create_app()
 @signals.worker_init.connect
 def _refuse_bad_visibility(sender: Any = None, **_: Any) -> None:
     check_visibility_timeout(get_settings())
+
+
+@signals.worker_ready.connect
+def _start_reaper(sender: Any = None, **_: Any) -> None:
+    interval = get_settings().reaper_interval_s
+    if interval > 0:
+        from worker.reaper import ReaperThread
+
+        ReaperThread(interval).start()

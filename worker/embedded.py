@@ -57,7 +57,9 @@ class EmbeddedWorker:
 
     def __enter__(self) -> EmbeddedWorker:
         self.app.finalize()
+        # The solo pool resolves tasks through the default app on the worker's thread.
         self.app.set_current()
+        self.app.set_default()
         self._controller = _Controller(
             app=self.app,
             pool="solo",
@@ -96,7 +98,7 @@ class RunSummary:
 
 
 def embedded_settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"broker_url": "memory://"})
+    return settings.model_copy(update={"broker_url": "memory://localhost/"})
 
 
 def run_batch(

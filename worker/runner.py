@@ -25,7 +25,7 @@ from shared.rejection import rejection_for
 from shared.replies import Answer, EscalationMessage, Receipt, ResultMessage
 from shared.settings import Settings
 from worker.ledger import CallOutcome, CallRow, ClaimLost, JobRow, Ledger
-from worker.providers import DecisionRequest, ProviderRegistry
+from worker.providers import DecisionRequest, ProviderRegistry, was_cancelled
 from worker.providers.base import DecisionProvider, PreparedRequest
 from worker.sinks import ReplySink
 from worker.verdicts import escalation, failure_reason, ledger_status_for, verdict
@@ -103,6 +103,10 @@ class Runner:
             bound.info("job.replayed", outcome=row.terminal_type)
             return await self._publish(row, job.reply_to)
         if _now() >= row.deadline:
+            # Late, but an earlier delivery may have sent the call: that one's fate decides.
+            earlier = await self._db(self.ledger.get_call, job_id=job.id, step=DECIDE_STEP)
+            if earlier is not None and earlier.status != "not_sent":
+                return await self._settle_existing(job, earlier)
             late = escalation(
                 job, "deadline_exceeded", "dequeued after its deadline; nothing sent", []
             )
@@ -118,8 +122,12 @@ class Runner:
         )
         if not claim.fresh:
             return await self._settle_existing(job, claim.call)
-        message, outcome = await self._send(job, provider, prepared, row.deadline)
+        message, outcome, cancelled = await self._send(job, provider, prepared, row.deadline)
         bound.info("call.finished", outcome=outcome.status, reason=getattr(message, "reason", None))
+        if cancelled:
+            # Record what the cancel left behind before letting the cancel unwind the task.
+            await asyncio.shield(self._finish(job, message, outcome))
+            raise asyncio.CancelledError
         return await self._finish(job, message, outcome)
 
     # --- steps -----------------------------------------------------------------------
@@ -166,7 +174,8 @@ class Runner:
         provider: DecisionProvider,
         prepared: PreparedRequest,
         deadline: datetime,
-    ) -> tuple[Message, CallOutcome]:
+    ) -> tuple[Message, CallOutcome, bool]:
+        """Send the claimed call; returns its message, its outcome, and whether it was cancelled."""
         try:
             result = await provider.send(prepared, deadline, step=DECIDE_STEP)
         except DecisionProviderError as exc:
@@ -180,7 +189,7 @@ class Runner:
             if status != "not_sent":
                 self.stats.add(receipt)
             message: Message = escalation(job, failure_reason(exc), str(exc), [receipt])
-            return message, _outcome(status, receipt, None, exc.code)
+            return message, _outcome(status, receipt, None, exc.code), was_cancelled(exc)
         except asyncio.CancelledError:
             # Cancelled with the request possibly in flight: its outcome is unknown, for good.
             receipt = _bare_receipt(provider, prepared, None).model_copy(
@@ -189,26 +198,22 @@ class Runner:
             message = escalation(
                 job, "decision_interrupted", "cancelled while in flight", [receipt]
             )
-            await asyncio.shield(
-                self._finish(job, message, _outcome("unknown", receipt, None, "aborted"))
-            )
-            raise
+            return message, _outcome("unknown", receipt, None, "aborted"), True
         except Exception as exc:
             # A bug after the claim: whether bytes left is unknown, so never send again.
             log.exception("call.crashed", job_id=job.id, error=type(exc).__name__)
             receipt = _bare_receipt(provider, prepared, None).model_copy(
                 update={"status": "unknown", "error_code": "internal"}
             )
-            message = escalation(
-                job, "decision_interrupted", f"internal error: {type(exc).__name__}", [receipt]
-            )
-            return message, _outcome("unknown", receipt, None, "internal")
+            detail = f"internal error: {type(exc).__name__}"
+            message = escalation(job, "decision_interrupted", detail, [receipt])
+            return message, _outcome("unknown", receipt, None, "internal"), False
         self.stats.add(result.receipt)
         message = verdict(job, result.answers, [result.receipt])
         answers_json = json.dumps(
             {qid: a.model_dump(mode="json") for qid, a in result.answers.items()}
         )
-        return message, _outcome("answered", result.receipt, answers_json, None)
+        return message, _outcome("answered", result.receipt, answers_json, None), False
 
     async def _settle_existing(self, job: DecideJob, call: CallRow) -> str:
         """Another delivery claimed this call: never send; replay, wait for it, or escalate."""
@@ -223,9 +228,9 @@ class Runner:
             row = await self._db(self.ledger.get_job, job_id=job.id)
             if row is not None and row.terminal_message is not None:
                 return await self._publish(row, job.reply_to)
-            call = next(
-                c for c in await self._db(self.ledger.calls, job_id=job.id) if c.step == DECIDE_STEP
-            )
+            latest = await self._db(self.ledger.get_call, job_id=job.id, step=DECIDE_STEP)
+            assert latest is not None, "a claimed call never disappears"
+            call = latest
         receipt = _stored_receipt(call)
         message: Message
         if call.status == "answered" and call.outcome_json:

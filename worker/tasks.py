@@ -28,6 +28,7 @@ def run_jobs(jobs: list[Any]) -> list[str]:
 def register(celery: Celery) -> Task:
     @celery.task(
         name=keys.RUN_JOBS_TASK,
+        shared=False,
         bind=True,
         autoretry_for=(LedgerUnavailable, SchemaBehind),
         retry_backoff=True,

@@ -12,6 +12,7 @@ from shared.settings import get_settings
 from worker.cli.console import console
 from worker.cli.jsonl import read_jobs
 from worker.embedded import RunSummary, run_batch
+from worker.logs import configure_logging
 
 __all__ = ["register"]
 
@@ -25,9 +26,11 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(
             Path("out"), "--out", help="where results.jsonl and escalations.jsonl go"
         ),
+        verbose: bool = typer.Option(False, "--verbose", "-v", help="log every job's events"),
     ) -> None:
         """Run a batch on an in-process worker: memory broker, SQLite ledger, faux provider."""
         settings = get_settings()
+        configure_logging("DEBUG" if verbose else "WARNING", settings.log_format)
         provider = settings.default_provider
         if provider == "faux" and not settings.faux_url:
             console.print(
@@ -71,5 +74,5 @@ def _print_summary(summary: RunSummary) -> None:
     if summary.cost_unknown_calls:
         table.add_row("calls of unknown cost", str(summary.cost_unknown_calls))
     console.print(table)
-    for kind, path in summary.outputs.items():
-        console.print(f"{kind}s: {path}")
+    for path in summary.outputs.values():
+        console.print(f"wrote {path}")

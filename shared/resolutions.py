@@ -1,0 +1,90 @@
+"""Checking a reviewer's answer against the escalation it answers, before it is published.
+
+A decide escalation is answered per question: ``{"department": "billing", "is_urgent": true,
+"frustration": 2}`` (a score by level index or label). The questions the machine could not
+answer (refused, missing, below their floor, or all of them when the call failed) must be
+answered; the others may be, overriding the machine. A menu escalation is answered by a pick,
+parsed and validated by the menu engine itself (see ``shared.menus``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from shared.errors import FieldProblem, ResolutionInvalid
+from shared.replies import Answer, EscalationMessage
+
+__all__ = ["MenuAnswerChecker", "check_resolution"]
+
+#: Validates a reviewer's pick for a menu escalation; returns the resolved value.
+MenuAnswerChecker = Callable[[EscalationMessage, Any], Any]
+
+_PER_QUESTION_REASONS = {"decision_refused", "low_confidence"}
+
+
+def check_resolution(
+    escalation: EscalationMessage, answer: Any, *, menu_checker: MenuAnswerChecker | None = None
+) -> Any:
+    """The resolved answer to publish; ``ResolutionInvalid`` naming each bad field otherwise."""
+    if escalation.kind == "menu":
+        if menu_checker is None:
+            raise ResolutionInvalid([FieldProblem("answer", "menu answers need the menu engine")])
+        return menu_checker(escalation, answer)
+    questions: dict[str, Any] = escalation.context.get("questions", {})
+    if not isinstance(answer, dict):
+        raise ResolutionInvalid([FieldProblem("answer", "an object of question id to value")])
+    problems: list[FieldProblem] = []
+    resolved: dict[str, Any] = {}
+    for qid in sorted(set(answer) - set(questions)):
+        problems.append(FieldProblem(f"answer.{qid}", "no such question"))
+    for qid, question in questions.items():
+        if qid in answer:
+            value, problem = _check_value(question, answer[qid])
+            if problem:
+                problems.append(FieldProblem(f"answer.{qid}", problem))
+            else:
+                resolved[qid] = value
+        elif qid in _needed(escalation):
+            problems.append(FieldProblem(f"answer.{qid}", "a value is required"))
+        else:
+            machine = (escalation.answers or {})[qid]
+            resolved[qid] = machine.value
+    if problems:
+        raise ResolutionInvalid(problems)
+    return resolved
+
+
+def _needed(escalation: EscalationMessage) -> set[str]:
+    questions: dict[str, Any] = escalation.context.get("questions", {})
+    if escalation.reason not in _PER_QUESTION_REASONS or not escalation.answers:
+        return set(questions)
+    return {qid for qid, q in questions.items() if not _usable(escalation.answers.get(qid), q)}
+
+
+def _usable(answer: Answer | None, question: dict[str, Any]) -> bool:
+    if answer is None or answer.refused or answer.value is None:
+        return False
+    floor = question.get("escalate_below")
+    return floor is None or (answer.confidence is not None and answer.confidence >= floor)
+
+
+def _check_value(question: dict[str, Any], value: Any) -> tuple[Any, str | None]:
+    kind = question.get("type")
+    if kind == "noul":
+        if isinstance(value, bool):
+            return value, None
+        return None, "yes/no: true or false"
+    if kind == "choice":
+        options = list(question.get("criteria", {}))
+        if isinstance(value, str) and value in options:
+            return value, None
+        return None, f"one of {', '.join(options)}"
+    if kind == "score":
+        levels: list[str] = list(question.get("criteria", []))
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(levels):
+            return value, None
+        if isinstance(value, str) and value in levels:
+            return levels.index(value), None
+        return None, f"a level index 0 to {len(levels) - 1} or one of {', '.join(levels)}"
+    return None, f"unknown question type {kind!r}"
