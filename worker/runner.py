@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -24,7 +25,9 @@ from shared.jobs import DecideJob, job_deadline, job_fingerprint, parse_job
 from shared.rejection import rejection_for
 from shared.replies import Answer, EscalationMessage, Receipt, ResultMessage
 from shared.settings import Settings
+from worker.faults import fault_point
 from worker.ledger import CallOutcome, CallRow, ClaimLost, JobRow, Ledger
+from worker.observe import NullObserver, Observer
 from worker.providers import DecisionRequest, ProviderRegistry, was_cancelled
 from worker.providers.base import DecisionProvider, PreparedRequest
 from worker.sinks import ReplySink
@@ -66,12 +69,14 @@ class Runner:
         ledger: Ledger,
         providers: ProviderRegistry,
         sink: ReplySink,
+        observer: Observer | None = None,
     ) -> None:
         self.settings = settings
         self.ledger = ledger
         self.providers = providers
         self.sink = sink
         self.stats = RunnerStats()
+        self.observer: Observer = observer or NullObserver()
 
     async def _db(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
         # The ledger is synchronous SQLAlchemy; keep the loop free for requests in flight.
@@ -122,7 +127,18 @@ class Runner:
         )
         if not claim.fresh:
             return await self._settle_existing(job, claim.call)
+        fault_point("after_claim", job.id)
+        self.observer.call_started(provider.name)
+        started = time.monotonic()
         message, outcome, cancelled = await self._send(job, provider, prepared, row.deadline)
+        self.observer.call_finished(
+            provider.name,
+            outcome.status,
+            time.monotonic() - started,
+            outcome.cost_usd,
+            outcome.cost_basis,
+        )
+        fault_point("after_response", job.id)
         bound.info("call.finished", outcome=outcome.status, reason=getattr(message, "reason", None))
         if cancelled:
             # Record what the cancel left behind before letting the cancel unwind the task.
@@ -260,6 +276,13 @@ class Runner:
                 reason=getattr(message, "reason", None),
                 message_json=message.to_json(),
                 outcome=outcome,
+            )
+            fault_point("after_record", job.id)
+            self.observer.job_finished(
+                job.kind,
+                job.provider or self.providers.default_name,
+                message.type,
+                getattr(message, "reason", None),
             )
         except ClaimLost as lost:
             # Our lease ran out mid-call and another delivery booked the call unknown: its

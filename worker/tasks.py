@@ -9,6 +9,7 @@ from celery import Celery, Task
 from shared import keys
 from shared.errors import SchemaBehind
 from worker import context
+from worker.faults import fault_point
 from worker.ledger import LedgerUnavailable
 
 __all__ = ["register", "run_jobs"]
@@ -22,7 +23,11 @@ def run_jobs(jobs: list[Any]) -> list[str]:
     if not isinstance(jobs, list):
         jobs = [jobs]
     ctx = context.current()
-    return ctx.loop.run(ctx.runner.run_chunk(jobs))
+    outcomes = ctx.loop.run(ctx.runner.run_chunk(jobs))
+    for raw in jobs:
+        if isinstance(raw, dict):
+            fault_point("after_publish", str(raw.get("id")))
+    return outcomes
 
 
 def register(celery: Celery) -> Task:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from worker.cli import queue, run, schema, serve
+from worker.cli import escalations, ledger, providers, queue, run, schema, serve
 
 __all__ = ["app", "main"]
 
@@ -19,6 +19,9 @@ run.register(app)
 queue.register(app)
 serve.register(app)
 schema.register(app)
+escalations.register(app)
+ledger.register(app)
+providers.register(app)
 
 
 def main() -> None:
