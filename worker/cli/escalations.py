@@ -97,7 +97,8 @@ def _show(item: OpenEscalation) -> None:
     message = item.message
     console.print(
         Panel.fit(
-            f"[bold]{message.reason}[/]  job {message.job_id}  batch {message.batch or '-'}\n{message.detail}",
+            f"[bold]{message.reason}[/]  job {message.job_id}  "
+            f"batch {message.batch or '-'}\n{message.detail}",
             title=f"escalation {item.entry_id}",
         )
     )
