@@ -10,10 +10,10 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, Field, model_validator
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings", "SystemOneHost", "get_settings"]
+__all__ = ["ConsoleUser", "Settings", "SystemOneHost", "get_settings"]
 
 
 class SystemOneHost(BaseModel):
@@ -27,6 +27,14 @@ class SystemOneHost(BaseModel):
     price_per_mtok_usd: float | None = None
     path: str = "/v1/systemone"
     request_id_header: str | None = None
+
+
+class ConsoleUser(BaseModel):
+    """A reviewer console login: an Argon2 hash (``decisions console hash-password``), a role."""
+
+    password_hash: str
+    #: ``reviewer`` claims and answers escalations; ``read_only`` only looks.
+    role: Literal["reviewer", "read_only"] = "read_only"
 
 
 class Settings(BaseSettings):
@@ -102,6 +110,18 @@ class Settings(BaseSettings):
     escalation_claim_idle_s: float = Field(
         900.0, description="an escalation claimed this long ago by a silent reviewer returns"
     )
+
+    # --- reviewer console (``decisions console``) -------------------------------------------
+    console_host: str = Field("127.0.0.1", description="address the console listens on")
+    console_port: int = Field(8700, ge=1, le=65535, description="port the console listens on")
+    console_users: dict[str, ConsoleUser] = Field(
+        default_factory=dict, description="logins by name (JSON); none: nobody can log in"
+    )
+    console_secret_key: SecretStr | None = Field(
+        None, description="signs session cookies (unset: a random key, sessions end on restart)"
+    )
+    console_session_max_age_s: int = Field(8 * 3600, ge=60, description="a login lasts this long")
+    console_https_only: bool = Field(False, description="session cookie only over HTTPS")
 
     @model_validator(mode="after")
     def _ceiling_above_default(self) -> Settings:
