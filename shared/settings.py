@@ -91,6 +91,15 @@ class Settings(BaseSettings):
     visibility_timeout_s: float = Field(
         3600.0, description="broker redelivery timeout; must be well above the deadline ceiling"
     )
+    unacked_restore_interval_s: float = Field(
+        10.0, gt=0, description="how often a worker looks for messages past the visibility timeout"
+    )
+    unacked_restore_throttle: int = Field(
+        10, ge=1, description="scan Redis for them on every Nth look only"
+    )
+    time_limit_slack_s: float = Field(
+        60.0, gt=0, description="task soft limit = ceiling + lease margin + this; hard: + half more"
+    )
     reaper_interval_s: float = Field(
         30.0, ge=0, description="how often a worker escalates expired claims (0: never)"
     )

@@ -18,15 +18,12 @@ from shared.settings import Settings, get_settings
 
 __all__ = ["app", "check_visibility_timeout", "create_app", "time_limits"]
 
-#: Time a task may take past its jobs' lease (deadline + margin) before the soft limit.
-SOFT_LIMIT_SLACK_S = 60.0
-HARD_LIMIT_SLACK_S = 30.0
-
-
 def time_limits(settings: Settings) -> tuple[float, float]:
     """(soft, hard) task time limits: a duplicate delivery may wait out a whole lease."""
-    soft = settings.deadline_ceiling_s + settings.lease_margin_s + SOFT_LIMIT_SLACK_S
-    return soft, soft + HARD_LIMIT_SLACK_S
+    # The slack is time a task may take past its jobs' lease (deadline + margin).
+    slack = settings.time_limit_slack_s
+    soft = settings.deadline_ceiling_s + settings.lease_margin_s + slack
+    return soft, soft + slack / 2
 
 
 def check_visibility_timeout(settings: Settings) -> None:
@@ -59,7 +56,11 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> Celery:
         task_time_limit=hard,
         task_default_queue=keys.CELERY_QUEUE,
         broker_connection_retry_on_startup=True,
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        broker_transport_options={
+            "visibility_timeout": settings.visibility_timeout_s,
+            "unacked_restore_interval": settings.unacked_restore_interval_s,
+            "unacked_restore_throttle": settings.unacked_restore_throttle,
+        },
         worker_hijack_root_logger=False,
         worker_send_task_events=True,
         task_send_sent_event=False,
