@@ -18,6 +18,7 @@ from shared.settings import Settings, get_settings
 
 __all__ = ["app", "check_visibility_timeout", "create_app", "time_limits"]
 
+
 def time_limits(settings: Settings) -> tuple[float, float]:
     """(soft, hard) task time limits: a duplicate delivery may wait out a whole lease."""
     # The slack is time a task may take past its jobs' lease (deadline + margin).
