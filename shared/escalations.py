@@ -156,6 +156,21 @@ class EscalationQueue:
                 return OpenEscalation(item.entry_id, item.message, item.reply_to, reviewer, 0.0)
         return None
 
+    def claim_entry(self, entry_id: str, reviewer: str) -> OpenEscalation:
+        """Take this one escalation (a reviewer opened it); ``EscalationNotFound`` if it is
+        closed or held by someone else who is not past the idle time."""
+        _check_reviewer(reviewer)
+        item = self.get(entry_id)
+        if item.holder == reviewer:
+            return item
+        taken = self._take(
+            keys=[self.stream],
+            args=[reviewer, self.claim_idle_ms, self.group, entry_id, QUEUE_CONSUMER],
+        )
+        if taken != 1:
+            raise EscalationNotFound(f"{entry_id} is held by {item.holder or 'another reviewer'}")
+        return OpenEscalation(entry_id, item.message, item.reply_to, reviewer, 0.0)
+
     def release(self, entry_id: str, reviewer: str) -> None:
         """Give an escalation back to the queue for another reviewer."""
         done = self._give_back(
