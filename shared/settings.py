@@ -8,6 +8,7 @@ Provider API keys are the one exception: they are read by their own names
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from typing import Literal
 
 from pydantic import AliasChoices, BaseModel, Field, SecretStr, model_validator
@@ -118,6 +119,18 @@ class Settings(BaseSettings):
     # --- reviewers -----------------------------------------------------------------------
     escalation_claim_idle_s: float = Field(
         900.0, description="an escalation claimed this long ago by a silent reviewer returns"
+    )
+
+    # --- recording responses for replay (tests, CI) ----------------------------------------
+    record_dir: Path | None = Field(
+        None, description="save every response a provider receives here, one file a request"
+    )
+    secret_headers: list[str] = Field(
+        default_factory=list, description="response headers never written to a recording"
+    )
+    secret_fields: list[str] = Field(
+        default_factory=list,
+        description="JSON field paths (a.b.c, * for any key or item) redacted in recordings",
     )
 
     # --- reviewer console (``decisions console``) -------------------------------------------
