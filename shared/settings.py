@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import AliasChoices, BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["ConsoleUser", "Settings", "SystemOneHost", "get_settings"]
+__all__ = ["ChatHost", "ConsoleUser", "Settings", "SystemOneHost", "get_settings"]
 
 
 class SystemOneHost(BaseModel):
@@ -28,6 +28,19 @@ class SystemOneHost(BaseModel):
     price_per_mtok_usd: float | None = None
     path: str = "/v1/systemone"
     request_id_header: str | None = None
+
+
+class ChatHost(BaseModel):
+    """An OpenAI-compatible chat-completions host for menus (``POST {base}{path}``): vLLM, a
+    local server, any other by base URL. ``key_env`` unset: the host takes no key."""
+
+    base_url: str
+    key_env: str | None = None
+    default_model: str | None = None
+    models: list[str] = Field(default_factory=list, description="models served; empty = any")
+    path: str = "/v1/chat/completions"
+    #: Ask for usage accounting in the body (OpenRouter's ``usage: {include: true}``).
+    usage_include: bool = False
 
 
 class ConsoleUser(BaseModel):
@@ -83,6 +96,14 @@ class Settings(BaseSettings):
     openai_price_per_mtok_usd: float = 0.10
     systemone_hosts: dict[str, SystemOneHost] = Field(
         default_factory=dict, description="extra System One hosts, by provider name (JSON)"
+    )
+
+    # --- menu runtimes (chat completions) --------------------------------------------------
+    default_runtime: str = Field("faux", description="chat runtime of a menu job that names none")
+    openrouter_chat_model: str | None = Field(None, description="OpenRouter chat model default")
+    openai_chat_model: str | None = Field(None, description="OpenAI chat model default")
+    chat_hosts: dict[str, ChatHost] = Field(
+        default_factory=dict, description="extra chat-completions hosts, by runtime name (JSON)"
     )
 
     # --- deadlines and the ledger --------------------------------------------------------
