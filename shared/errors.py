@@ -11,7 +11,10 @@ Every exception this package raises on purpose derives from ``DecisionWorkerErro
     │   └── JobConflict             a job id came back with different content
     ├── ResolutionInvalid           a reviewer's answer does not fit the question or menu
     ├── EscalationNotFound          no open escalation has that id (or it is held by another)
-    └── DecisionError (ValueError)  a menu pick never parsed; ``kind``, ``attempts``, ``reply_head``
+    ├── DecisionError (ValueError)  a menu pick never parsed; ``kind``, ``attempts``, ``reply_head``
+    ├── PickError                   one model reply is not a usable pick (retried; shared.menus)
+    └── MenuSpecInvalid (ValueError) a menu or schema encoding does not decode; ``path``
+                                    (shared.menus)
 
 Messages never carry an API key, an auth header or a request body: errors that wrap
 transport failures keep only the exception's class name and the phase it happened in.
