@@ -21,7 +21,7 @@ from celery import Celery
 
 from shared import keys
 from shared.errors import FieldProblem, JobInvalid
-from shared.jobs import Job, parse_job
+from shared.jobs import JOB_TYPES, Job, parse_job
 from shared.rejection import rejection_for
 from shared.replies import TERMINAL_TYPES, Reply, parse_reply
 from shared.settings import Settings, get_settings
@@ -102,7 +102,7 @@ class Client:
         now = now or datetime.now(UTC)
         if reply_to is not None and isinstance(raw, dict):
             raw = {**raw, "reply_to": reply_to}
-        if isinstance(raw, Job):
+        if isinstance(raw, JOB_TYPES):
             raw = raw.model_dump(mode="json", exclude_none=True)
         job = parse_job(raw)
         problems = self._deadline_problems(job, now)

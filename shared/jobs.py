@@ -1,12 +1,20 @@
 """Decision jobs: the wire contract producers put on the queue (JSON only).
 
+Two kinds, one envelope (``JobBase``): ``decide`` (questions about a state, for a decision
+provider) and ``menu`` (a prompt and a menu of options, for an LLM runtime; the options in
+the JSON encoding of ``shared.menus.menu_json``, checked here in full except for whether a
+handler is registered, which only the worker can know). ``Job`` is the union, discriminated
+on ``kind``.
+
 ``parse_job`` is the one entry point: it turns a JSON object (or raw bytes) into a job or
-raises ``JobInvalid`` naming every bad field, so that nothing invalid is ever sent.
+raises ``JobInvalid`` naming every bad field (``options[2].schema.fields[0].type``), so that
+nothing invalid is ever sent.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
@@ -24,15 +32,26 @@ from pydantic import (
 
 from shared.canonical import digest_of
 from shared.errors import FieldProblem, JobInvalid
+from shared.menus.errors import MenuSpecInvalid
+from shared.menus.menu_json import menu_from_json, menu_to_json
+from shared.menus.session import DEFAULT_MAX_STEPS
 from shared.questions import Question, State
 
 __all__ = [
+    "JOB_KINDS",
+    "JOB_TYPES",
+    "MAX_RETRIES",
+    "MAX_WORK_STEPS",
     "DecideJob",
     "Job",
     "JobId",
+    "MenuJob",
+    "MenuRuntime",
+    "MenuWork",
     "StreamName",
     "job_deadline",
     "job_fingerprint",
+    "menu_problems",
     "parse_job",
     "problems_from_validation",
 ]
@@ -97,8 +116,118 @@ class DecideJob(JobBase):
         return value
 
 
-Job = DecideJob
-_JOB_ADAPTER: TypeAdapter[Job] = TypeAdapter(Job)
+#: A registered handler's name, as a job names it (never code: the worker has an allowlist).
+HandlerName = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^\S+$")]
+#: Re-picks a menu job may ask for after a failed pick.
+MAX_RETRIES = 5
+#: Model turns a work turn may take at most.
+MAX_WORK_STEPS = 32
+
+
+class MenuRuntime(BaseModel):
+    """Which LLM answers a menu: a chat runtime by name and its model (defaults from settings)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    provider: str | None = Field(None, min_length=1, description="default: settings")
+    model: str | None = Field(None, min_length=1, description="default: the runtime's")
+
+
+class MenuWork(BaseModel):
+    """Work first, decide last: tools the model may call before its closing pick."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tools: list[HandlerName] = Field(
+        default_factory=list, description="registered handlers offered as native tools"
+    )
+    max_steps: int = Field(DEFAULT_MAX_STEPS, ge=1, le=MAX_WORK_STEPS, description="model turns")
+
+    @field_validator("tools")
+    @classmethod
+    def _unique(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("a tool is named twice")
+        return value
+
+
+class MenuJob(JobBase):
+    """A prompt and a menu of options; the model picks one and the worker resolves it.
+
+    ``options`` is the JSON encoding of ``shared.menus.OPTIONS_JSON_SCHEMA`` (``MenuJob.of``
+    encodes the Python notation); ``context`` fills handlers' ``FromContext`` parameters.
+    """
+
+    kind: Literal["menu"] = "menu"
+    prompt: str = Field(..., min_length=1, max_length=1_000_000)
+    options: list[dict[str, Any]] = Field(
+        ..., min_length=1, description="the options encoding (shared.menus.OPTIONS_JSON_SCHEMA)"
+    )
+    context: dict[str, Any] = Field(default_factory=dict, description="injected, never shown")
+    max_retries: int = Field(1, ge=0, le=MAX_RETRIES, description="re-picks after a bad pick")
+    runtime: MenuRuntime = Field(default_factory=MenuRuntime)
+    work: MenuWork | None = Field(None, description="tools and a step limit (work first)")
+
+    @classmethod
+    def of(cls, *, prompt: str, options: Any, **fields: Any) -> MenuJob:
+        """A menu job from options in the Python notation (encoded with ``menu_to_json``)."""
+        encoded = menu_to_json(options)
+        job = parse_job({"kind": "menu", "prompt": prompt, "options": encoded, **fields})
+        assert isinstance(job, MenuJob)
+        return job
+
+
+Job = Annotated[DecideJob | MenuJob, Field(discriminator="kind")]
+#: The job classes, for ``isinstance`` (``Job`` itself is an annotated union).
+JOB_TYPES: tuple[type[DecideJob], type[MenuJob]] = (DecideJob, MenuJob)
+JOB_KINDS = ("decide", "menu")
+_ADAPTERS: dict[str, TypeAdapter[Any]] = {
+    "decide": TypeAdapter(DecideJob),
+    "menu": TypeAdapter(MenuJob),
+}
+
+
+def _unchecked_handler(**kwargs: Any) -> Any:  # pragma: no cover - decoded, never called
+    return kwargs
+
+
+class _AnyHandler(Mapping[str, Callable[..., Any]]):
+    """Every handler name resolves: whether it is registered is the worker's to say."""
+
+    def __getitem__(self, key: str) -> Callable[..., Any]:
+        return _unchecked_handler
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def menu_problems(
+    options: Any, handlers: Mapping[str, Callable[..., Any]] | None = None
+) -> list[FieldProblem]:
+    """Every bad option of a menu job's ``options``, each named (``options[2].handler``).
+
+    Each option is decoded on its own, so that one bad option does not hide the next; with
+    ``handlers`` (the worker's registry) unregistered handler names are problems too.
+    """
+    if not isinstance(options, list) or not options:
+        return [FieldProblem("options", "options is a non-empty JSON array")]
+    lookup = _AnyHandler() if handlers is None else handlers
+    problems: list[FieldProblem] = []
+    seen: set[str] = set()
+    for i, item in enumerate(options):
+        try:
+            menu_from_json([item], lookup)
+        except MenuSpecInvalid as exc:
+            problems.append(FieldProblem(f"options[{i}]{exc.path.removeprefix('[0]')}", exc.detail))
+            continue
+        name = item["name"]
+        if name in seen:
+            problems.append(FieldProblem(f"options[{i}].name", f"duplicate option name {name!r}"))
+        seen.add(name)
+    return problems
 
 
 def problems_from_validation(error: ValidationError) -> list[FieldProblem]:
@@ -118,7 +247,7 @@ def _is_union_tag(part: object) -> bool:
     )
 
 
-def parse_job(raw: Any) -> Job:
+def parse_job(raw: Any) -> DecideJob | MenuJob:
     """Validate a job from a dict, a JSON string or bytes; ``JobInvalid`` names every bad field."""
     if isinstance(raw, bytes | str):
         try:
@@ -133,18 +262,28 @@ def parse_job(raw: Any) -> Job:
         )
     job_id = raw.get("id") if isinstance(raw.get("id"), str) else None
     kind = raw.get("kind", "decide")
-    if kind != "decide":
-        raise JobInvalid(
-            [FieldProblem("kind", f"unknown kind {kind!r}; expected 'decide'")], job_id
-        )
+    adapter = _ADAPTERS.get(kind) if isinstance(kind, str) else None
+    if adapter is None:
+        expected = " or ".join(repr(k) for k in JOB_KINDS)
+        problem = FieldProblem("kind", f"unknown kind {kind!r}; expected {expected}")
+        raise JobInvalid([problem], job_id)
+    problems: list[FieldProblem] = []
+    job = None
     try:
-        return _JOB_ADAPTER.validate_python(raw)
+        job = adapter.validate_python(raw)
     except ValidationError as exc:
-        raise JobInvalid(problems_from_validation(exc), job_id) from None
+        problems = problems_from_validation(exc)
+    if kind == "menu" and isinstance(raw.get("options"), list):
+        named = {p.field for p in problems}
+        problems += [p for p in menu_problems(raw["options"]) if p.field not in named]
+    if problems or job is None:
+        raise JobInvalid(problems, job_id)
+    assert isinstance(job, JOB_TYPES)
+    return job
 
 
 def job_deadline(
-    job: Job, *, default_s: float, ceiling_s: float, now: datetime | None = None
+    job: DecideJob | MenuJob, *, default_s: float, ceiling_s: float, now: datetime | None = None
 ) -> datetime:
     """The job's absolute deadline: its own, or submission (or now) plus its timeout or the default.
 
@@ -159,7 +298,7 @@ def job_deadline(
     return min(deadline, start + timedelta(seconds=ceiling_s))
 
 
-def job_fingerprint(job: Job) -> str:
+def job_fingerprint(job: DecideJob | MenuJob) -> str:
     """What makes two submissions the same logical job.
 
     Transport fields are left out: the same job resubmitted later, or to another reply stream,
