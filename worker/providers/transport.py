@@ -45,6 +45,11 @@ Secrecy: the key is read by its variable's name at send time, put in one header,
 appears in a message, a log line or an error attribute; errors keep only exception class
 names, status codes and the phase. Response bodies of errors are dropped (an ``error_details``
 callback may pick a ``ref_id`` and a short error kind out of them, both sanitised).
+
+Recording: every response that arrives is handed to ``recording.observe`` before it is
+classified (``DECISIONS_RECORD_DIR``), with the key, so that no recording can hold it. A 4xx
+with ``x-decisions-replay-miss`` (a replay with no recording of the request) is
+``invalid_request`` whose message is that header's sanitised text.
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ import httpx
 from shared.errors import DecisionProviderError, ProviderErrorCode
 from shared.replies import CostBasis
 from worker.providers.limiter import Limiter, NoLimiter
+from worker.providers.recording import observe, replay_miss
 
 __all__ = [
     "AuthSpec",
@@ -399,6 +405,11 @@ class _Call:
                 f"the connection failed after the request may have left ({type(exc).__name__})",
                 with_cost=True,
             ) from None
+        # Every response that arrived, before classifying it: a recording keeps failures too.
+        observe(
+            self.provider, self.request.method, self.request.url, self.request.body, response,
+            key=self.key, auth_header=self.auth.header if self.auth else None,
+        )
         return await self._classify(response)
 
     def _build(self, budget: float, phase: _Phase) -> httpx.Request:
@@ -469,6 +480,9 @@ class _Call:
                 status_code=status,
                 with_cost=True,
             )
+        miss = replay_miss(response.headers, self.key)
+        if miss is not None:
+            raise self.error("invalid_request", miss, status_code=status)
         details = self._details(response)
         if status in (401, 403):
             raise self.error(
