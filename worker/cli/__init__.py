@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from worker.cli import escalations, ledger, providers, queue, run, schema, serve
+from worker.cli import escalations, ledger, providers, queue, record, run, schema, serve
 
 __all__ = ["app", "main"]
 
@@ -22,6 +22,7 @@ schema.register(app)
 escalations.register(app)
 ledger.register(app)
 providers.register(app)
+record.register(app)
 
 
 def main() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from shared import keys
@@ -77,9 +79,18 @@ def register(app: typer.Typer) -> None:
         fail_first: int | None = typer.Option(
             None, "--fail-first", help="misbehave for N requests only"
         ),
+        replay: Path | None = typer.Option(
+            None,
+            "--replay",
+            exists=True,
+            file_okay=False,
+            help="answer with the responses recorded in DIR (decisions record); "
+            "an unrecorded request gets a 404 naming its digest and the closest recording",
+        ),
     ) -> None:
         """Serve the fake System One / Parallel / OpenAI Decisions endpoint."""
         from worker.faux import FauxBehaviour, run_forever
+        from worker.faux.replay import ReplayStore
 
         behaviour = FauxBehaviour(
             latency_ms=latency_ms,
@@ -88,4 +99,6 @@ def register(app: typer.Typer) -> None:
             retry_after_s=retry_after,
             fail_first=fail_first,
         )
-        run_forever(host, port, behaviour)
+        if replay is not None:
+            console.print(f"replaying {len(ReplayStore(replay))} recording(s) from {replay}")
+        run_forever(host, port, behaviour, replay=replay)

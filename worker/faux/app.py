@@ -9,6 +9,9 @@ in (which behaviour applies, and whether ``fail_first`` leaves its mode in force
 ``drop_before_read`` ends it (not counted: the body was never read); then counting by body
 digest and call key, latency, the connection-level modes, size, auth, the error modes,
 validation (with images), and the answer (``ok``, ``refuse``, ``bad_probabilities``).
+With ``replay`` (a directory of recordings, ``worker.faux.replay``), a request in mode
+``ok`` gets its recorded response instead of a made-up one, or a loud miss; the failure
+modes still apply first, so a test can inject a 503 while replaying.
 Control endpoints (``/_faux/...``) and catalogs never misbehave, so a test can always
 reach them, whatever the behaviour.
 """
@@ -22,6 +25,7 @@ import secrets
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote
 
@@ -36,6 +40,7 @@ from .counters import Counters
 from .envelopes import error_body
 from .images import check_images
 from .outcome import FauxDrop, FauxResponse, Outcome, json_response
+from .replay import ReplayMiss, ReplayStore
 from .responses import (
     openai_question_id,
     openai_response,
@@ -134,8 +139,16 @@ def _is_decision(method: str, path: str) -> bool:
 class FauxProvider:
     """A fake decision API: stable made-up answers, counts, and injected failures."""
 
-    def __init__(self, behaviour: FauxBehaviour | None = None) -> None:
+    def __init__(
+        self,
+        behaviour: FauxBehaviour | None = None,
+        *,
+        replay: ReplayStore | Path | str | None = None,
+    ) -> None:
         self._behaviour = behaviour or FauxBehaviour()
+        if replay is not None and not isinstance(replay, ReplayStore):
+            replay = ReplayStore(replay)
+        self._replay: ReplayStore | None = replay
         self._counters = Counters()
         self._route_table = self._routes()
 
@@ -163,6 +176,15 @@ class FauxProvider:
         else:
             overrides[call_key] = behaviour
         self.update_behaviour(overrides=overrides)
+
+    # --- replay ----------------------------------------------------------------------------
+    @property
+    def replay(self) -> ReplayStore | None:
+        return self._replay
+
+    def replay_misses(self) -> list[ReplayMiss]:
+        """Requests the replay had no recording for (empty without a replay)."""
+        return self._replay.misses() if self._replay is not None else []
 
     # --- counts ----------------------------------------------------------------------------
     def requests(self) -> dict[str, int]:
@@ -310,6 +332,8 @@ class FauxProvider:
             return delay, FauxDrop(read=True)
         if mode == "reset_after_read":
             return delay, FauxDrop(read=True, reset=True)
+        if self._replay is not None and mode == "ok":
+            return delay, self._replay.answer(digest, None if parsed is _NO_JSON else parsed)
         flavour = system_one or _decisions_flavour(parsed)
         return delay, self._answer(flavour, mode, behaviour, headers, body, parsed)
 
@@ -421,6 +445,7 @@ class FauxProvider:
                 "PATCH": lambda q, b: self._put_behaviour(b, merge=True),
             },
             "/_faux/reset": {"POST": lambda q, b: self._reset_response()},
+            "/_faux/replay": {"GET": lambda q, b: self._replay_response()},
         }
 
     def _behaviour_response(self) -> FauxResponse:
@@ -441,6 +466,19 @@ class FauxProvider:
             ]
             return json_response(422, {"error": "invalid behaviour", "problems": errors})
         return self._behaviour_response()
+
+    def _replay_response(self) -> FauxResponse:
+        store = self._replay
+        if store is None:
+            return json_response(200, {"directory": None, "recordings": 0, "misses": []})
+        return json_response(
+            200,
+            {
+                "directory": str(store.directory),
+                "recordings": len(store),
+                "misses": [m.as_json() for m in store.misses()],
+            },
+        )
 
     def _reset_response(self) -> FauxResponse:
         self.reset()

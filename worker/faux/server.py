@@ -18,6 +18,7 @@ import socket
 import struct
 import sys
 import threading
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 from urllib.parse import parse_qsl, unquote
@@ -335,9 +336,16 @@ async def _serve_until_signalled(provider: FauxProvider, host: str, port: int) -
         await running.close()
 
 
-def run_forever(host: str, port: int, behaviour: FauxBehaviour | None = None) -> None:
+def run_forever(
+    host: str,
+    port: int,
+    behaviour: FauxBehaviour | None = None,
+    *,
+    replay: Path | None = None,
+) -> None:
     """Serve a new faux provider until SIGTERM or SIGINT (``decisions faux serve``)."""
+    provider = FauxProvider(behaviour, replay=replay)
     try:
-        asyncio.run(_serve_until_signalled(FauxProvider(behaviour), host, port))
+        asyncio.run(_serve_until_signalled(provider, host, port))
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown
         sys.stderr.flush()
