@@ -1,0 +1,121 @@
+"""The worker's HTTP client: one connection per request in flight, reused, bounded, traced."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from shared.canonical import canonical_bytes
+from tests.faux.conftest import AUTH, system_one_body
+from worker.faux import FauxBehaviour, FauxServer
+from worker.http_pool import ShardedTransport, sharded_client
+
+BODY = canonical_bytes(system_one_body())
+
+
+@pytest.fixture
+def slow_server() -> Iterator[FauxServer]:
+    with FauxServer(behaviour=FauxBehaviour(latency_ms=100)) as server:
+        yield server
+
+
+def transport_of(client: httpx.AsyncClient) -> ShardedTransport:
+    transport = client._transport
+    assert isinstance(transport, ShardedTransport)
+    return transport
+
+
+async def post(client: httpx.AsyncClient, url: str, **kwargs: Any) -> httpx.Response:
+    return await client.post(f"{url}/v1/systemone", content=BODY, headers=AUTH, **kwargs)
+
+
+def test_concurrent_requests_each_get_a_connection_and_sequential_ones_reuse_it(
+    slow_server: FauxServer,
+) -> None:
+    async def scenario() -> tuple[list[int], int, int]:
+        async with sharded_client(max_connections=50, timeout=10) as client:
+            answers = await asyncio.gather(*(post(client, slow_server.url) for _ in range(40)))
+            opened = transport_of(client).connections()
+            for _ in range(5):
+                await post(client, slow_server.url)
+            return [r.status_code for r in answers], opened, transport_of(client).connections()
+
+    statuses, opened, after = asyncio.run(scenario())
+    assert statuses == [200] * 40
+    assert opened == 40  # 40 in flight at once need 40 connections...
+    assert after == 40  # ...and later requests reuse them rather than open more
+    assert slow_server.provider.total() == 45
+
+
+def test_past_max_connections_requests_queue_and_all_finish(slow_server: FauxServer) -> None:
+    async def scenario() -> tuple[list[int], int, float]:
+        async with sharded_client(max_connections=4, timeout=10) as client:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            answers = await asyncio.gather(*(post(client, slow_server.url) for _ in range(12)))
+            return [r.status_code for r in answers], transport_of(client).connections(), (
+                loop.time() - started
+            )
+
+    statuses, opened, elapsed = asyncio.run(scenario())
+    assert statuses == [200] * 12
+    assert opened == 4
+    assert elapsed >= 0.25  # 12 requests of 100 ms over 4 connections: at least 3 rounds
+
+
+def test_a_pool_wait_past_its_timeout_is_a_pool_timeout(slow_server: FauxServer) -> None:
+    async def scenario() -> list[BaseException | httpx.Response]:
+        async with sharded_client(max_connections=1, timeout=10) as client:
+            timeout = httpx.Timeout(10, pool=0.02)
+            return await asyncio.gather(
+                post(client, slow_server.url),
+                post(client, slow_server.url, timeout=timeout),
+                return_exceptions=True,
+            )
+
+    first, second = asyncio.run(scenario())
+    assert isinstance(first, httpx.Response) and first.status_code == 200
+    # PoolTimeout is what the providers' transport books as "never sent".
+    assert isinstance(second, httpx.PoolTimeout)
+
+
+def test_trace_events_reach_the_caller_and_origins_get_their_own_connections() -> None:
+    events: list[str] = []
+
+    async def trace(event: str, info: dict[str, Any]) -> None:
+        events.append(event)
+
+    async def scenario(a: str, b: str) -> int:
+        async with sharded_client(max_connections=8, timeout=10) as client:
+            await post(client, a, extensions={"trace": trace})
+            await post(client, b)
+            await post(client, a)
+            return transport_of(client).connections()
+
+    with FauxServer() as one, FauxServer() as two:
+        opened = asyncio.run(scenario(one.url, two.url))
+        assert (one.provider.total(), two.provider.total()) == (2, 1)
+    assert opened == 2
+    # The providers tell "still connecting" from "maybe sent" by these events.
+    assert "connection.connect_tcp.started" in events
+    assert "http11.send_request_headers.started" in events
+
+
+def test_a_failed_request_gives_its_connection_back() -> None:
+    async def scenario(url: str) -> tuple[int, int]:
+        async with sharded_client(max_connections=2, timeout=10) as client:
+            with pytest.raises(httpx.RemoteProtocolError):
+                await post(client, url)
+            again = await post(client, url)
+            return again.status_code, transport_of(client).connections()
+
+    behaviour = FauxBehaviour(mode="drop_after_read", fail_first=1)
+    with FauxServer(behaviour=behaviour) as server:
+        status, opened = asyncio.run(scenario(server.url))
+    assert status == 200
+    # The dropped connection's pool was handed back and reconnected, not leaked.
+    assert opened == 1
