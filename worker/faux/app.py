@@ -40,6 +40,7 @@ from .counters import Counters
 from .envelopes import error_body
 from .images import check_images
 from .outcome import FauxDrop, FauxResponse, Outcome, json_response
+from .ratelimit import RateLimit
 from .replay import ReplayMiss, ReplayStore
 from .responses import (
     openai_question_id,
@@ -144,8 +145,11 @@ class FauxProvider:
         behaviour: FauxBehaviour | None = None,
         *,
         replay: ReplayStore | Path | str | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         self._behaviour = behaviour or FauxBehaviour()
+        #: Requests a second past which the faux answers 429 (``worker.faux.ratelimit``).
+        self.rate_limit = rate_limit or RateLimit()
         if replay is not None and not isinstance(replay, ReplayStore):
             replay = ReplayStore(replay)
         self._replay: ReplayStore | None = replay
@@ -323,6 +327,11 @@ class FauxProvider:
         mode, behaviour = admission.mode, admission.behaviour
         if mode == "drop_before_read":
             return 0.0, FauxDrop(read=False)
+        wait_s = self.rate_limit.check()
+        if wait_s is not None:
+            # Over the faux's rate: refused unprocessed, so not counted as a request read.
+            headers_429 = {"retry-after": _retry_after(round(wait_s, 3))}
+            return 0.0, json_response(429, {"error": "rate limit exceeded"}, headers_429)
 
         parsed = _parse(body)
         digest = sha256_hex(body) if parsed is _NO_JSON else digest_of(parsed)
@@ -446,7 +455,21 @@ class FauxProvider:
             },
             "/_faux/reset": {"POST": lambda q, b: self._reset_response()},
             "/_faux/replay": {"GET": lambda q, b: self._replay_response()},
+            "/_faux/rate-limit": {
+                "GET": lambda q, b: json_response(200, self.rate_limit.snapshot()),
+                "PUT": lambda q, b: self._put_rate_limit(b),
+            },
         }
+
+    def _put_rate_limit(self, raw: bytes) -> FauxResponse:
+        parsed = _parse(raw)
+        per_second = parsed.get("per_second") if isinstance(parsed, dict) else _NO_JSON
+        if per_second is not None and (
+            isinstance(per_second, bool) or not isinstance(per_second, int) or per_second < 1
+        ):
+            return self._plain(400, 'the body must be {"per_second": a whole number >= 1 or null}')
+        self.rate_limit.configure(per_second)
+        return json_response(200, self.rate_limit.snapshot())
 
     def _behaviour_response(self) -> FauxResponse:
         return json_response(200, self._behaviour.model_dump(mode="json"))
