@@ -23,13 +23,15 @@ class Clock:
 def test_the_window_admits_n_a_second_and_says_when_to_come_back() -> None:
     clock = Clock()
     limit = RateLimit(3, clock=clock)
-    assert [limit.check() for _ in range(3)] == [None, None, None]
+    assert limit.check() is None  # at 100.0
+    clock.now += 0.5
+    assert [limit.check(), limit.check()] == [None, None]  # at 100.5
     clock.now += 0.25
     wait = limit.check()
-    assert wait is not None and abs(wait - 0.75) < 1e-9  # the first one leaves at 101.0
-    clock.now += 0.75
-    assert limit.check() is None  # one slot freed
-    assert limit.check() is not None
+    assert wait is not None and abs(wait - 0.25) < 1e-9  # the first one leaves at 101.0
+    clock.now += 0.25
+    assert limit.check() is None  # its slot is free again...
+    assert limit.check() is not None  # ...and only its slot
     assert limit.snapshot() == {"per_second": 3, "rejected": 2, "admitted": 4}
 
 
