@@ -1,7 +1,8 @@
 """The faux provider: a fake of the decision APIs for CI, the demo, faults and benchmarks.
 
 Stable made-up answers (a hash of model, question and state) in the System One, OpenRouter,
-Parallel and OpenAI Decisions shapes, a small model catalog, request counts by digest and
+Parallel and OpenAI Decisions shapes, a chat-completions endpoint for menus
+(``worker.faux.chat``), a small model catalog, request counts by digest and
 call key, and failure injection (``FauxBehaviour``) from status codes to connection resets.
 In process through ``FauxProvider.transport()``, or on a socket with ``FauxServer`` /
 ``serve`` / ``run_forever``. Nothing in it reaches past loopback.
@@ -11,6 +12,7 @@ from .answers import BAD_NOUL, BAD_PROBABILITY_MASS, answer_question, spoil_answ
 from .app import FauxProvider
 from .behaviour import CONNECTION_MODES, FauxBehaviour, FauxMode
 from .catalog import CATALOG, CatalogModel, openrouter_catalog, takes_images, typesafe_models
+from .chat import CHAT_PATHS, FauxChat, FauxChatBehaviour, FauxChatReply, FauxToolCall
 from .outcome import FauxDrop, FauxResponse, Outcome
 from .responses import (
     openai_question_to_system_one,
@@ -27,14 +29,19 @@ __all__ = [
     "BAD_NOUL",
     "BAD_PROBABILITY_MASS",
     "CATALOG",
+    "CHAT_PATHS",
     "CONNECTION_MODES",
     "CatalogModel",
     "FauxBehaviour",
+    "FauxChat",
+    "FauxChatBehaviour",
+    "FauxChatReply",
     "FauxDrop",
     "FauxMode",
     "FauxProvider",
     "FauxResponse",
     "FauxServer",
+    "FauxToolCall",
     "FauxTransport",
     "Outcome",
     "answer_question",

@@ -36,6 +36,7 @@ from shared.canonical import digest_of, sha256_hex
 from . import wire
 from .behaviour import FauxBehaviour, FauxMode
 from .catalog import openrouter_catalog, typesafe_models
+from .chat import CHAT_PATHS, FauxChat
 from .counters import Counters
 from .envelopes import error_body
 from .images import check_images
@@ -133,7 +134,7 @@ def _call_key(headers: Mapping[str, str]) -> str | None:
 
 def _is_decision(method: str, path: str) -> bool:
     return method.upper() == "POST" and (
-        path in _SYSTEM_ONE_FLAVOURS or path == wire.PATH_DECISIONS
+        path in _SYSTEM_ONE_FLAVOURS or path == wire.PATH_DECISIONS or path in CHAT_PATHS
     )
 
 
@@ -154,6 +155,8 @@ class FauxProvider:
             replay = ReplayStore(replay)
         self._replay: ReplayStore | None = replay
         self._counters = Counters()
+        #: The chat-completions endpoint's scripted replies (``worker.faux.chat``).
+        self.chat = FauxChat()
         self._route_table = self._routes()
 
     # --- behaviour -------------------------------------------------------------------------
@@ -269,10 +272,13 @@ class FauxProvider:
         lowered = {k.lower(): v for k, v in headers.items()}
         method = method.upper()
         system_one = _SYSTEM_ONE_FLAVOURS.get(path)
-        if system_one is not None or path == wire.PATH_DECISIONS:
+        chat_path = path if path in CHAT_PATHS else None
+        if system_one is not None or path == wire.PATH_DECISIONS or chat_path:
             if method != "POST":
                 return 0.0, self._plain(405, "method not allowed")
-            return self._decision(system_one, admission or self._admit(lowered), lowered, body)
+            return self._decision(
+                system_one, admission or self._admit(lowered), lowered, body, chat_path
+            )
         route = self._route_table.get(path)
         if route is None:
             return 0.0, self._plain(404, "not found")
@@ -323,6 +329,7 @@ class FauxProvider:
         admission: Admission,
         headers: Mapping[str, str],
         body: bytes,
+        chat_path: str | None = None,
     ) -> tuple[float, Outcome]:
         mode, behaviour = admission.mode, admission.behaviour
         if mode == "drop_before_read":
@@ -341,6 +348,12 @@ class FauxProvider:
             return delay, FauxDrop(read=True)
         if mode == "reset_after_read":
             return delay, FauxDrop(read=True, reset=True)
+        if chat_path is not None:
+            wait = behaviour.retry_after_s
+            return delay, self.chat.respond(
+                chat_path, mode, None if wait is None else _retry_after(wait), behaviour.status,
+                headers, body, None if parsed is _NO_JSON else parsed, admission.call_key,
+            )
         if self._replay is not None and mode == "ok":
             return delay, self._replay.answer(digest, None if parsed is _NO_JSON else parsed)
         flavour = system_one or _decisions_flavour(parsed)
@@ -454,6 +467,11 @@ class FauxProvider:
                 "PATCH": lambda q, b: self._put_behaviour(b, merge=True),
             },
             "/_faux/reset": {"POST": lambda q, b: self._reset_response()},
+            "/_faux/chat": {
+                "GET": lambda q, b: self.chat.behaviour_response(),
+                "PUT": lambda q, b: self.chat.put_behaviour(b, merge=False),
+                "PATCH": lambda q, b: self.chat.put_behaviour(b, merge=True),
+            },
             "/_faux/replay": {"GET": lambda q, b: self._replay_response()},
             "/_faux/rate-limit": {
                 "GET": lambda q, b: json_response(200, self.rate_limit.snapshot()),
