@@ -12,6 +12,7 @@ __all__ = [
     "escalation_claim",
     "published_marker",
     "rate_inflight",
+    "rate_pause",
     "rate_window",
     "reply_stream",
 ]
@@ -49,6 +50,11 @@ def escalation_claim(escalation_id: str) -> str:
 def rate_inflight(provider: str) -> str:
     """Sorted set of in-flight request tokens for a provider, scored by their expiry."""
     return f"{PREFIX}:limits:{provider}:inflight"
+
+
+def rate_pause(provider: str) -> str:
+    """Until when (ms since the epoch, Redis time) a provider's Retry-After pauses the fleet."""
+    return f"{PREFIX}:limits:{provider}:pause"
 
 
 def rate_window(provider: str) -> str:

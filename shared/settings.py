@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import AliasChoices, BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["ChatHost", "ConsoleUser", "Settings", "SystemOneHost", "get_settings"]
+__all__ = ["ChatHost", "ConsoleUser", "ProviderLimit", "Settings", "SystemOneHost", "get_settings"]
 
 
 class SystemOneHost(BaseModel):
@@ -41,6 +41,15 @@ class ChatHost(BaseModel):
     path: str = "/v1/chat/completions"
     #: Ask for usage accounting in the body (OpenRouter's ``usage: {include: true}``).
     usage_include: bool = False
+
+
+class ProviderLimit(BaseModel):
+    """One provider's fleet-wide limits, shared by every worker through Redis."""
+
+    #: Requests in flight at once, over the whole fleet (unset: no limit).
+    max_in_flight: int | None = Field(None, ge=1)
+    #: Requests sent in any one-second window, over the whole fleet (unset: no limit).
+    per_second: int | None = Field(None, ge=1)
 
 
 class ConsoleUser(BaseModel):
@@ -129,6 +138,16 @@ class Settings(BaseSettings):
 
     # --- producers -----------------------------------------------------------------------
     chunk_size: int = Field(32, ge=1, le=1000, description="jobs per Celery message")
+
+    # --- fleet-wide provider limits (worker.providers.redis_limiter) ------------------------
+    provider_limits: dict[str, ProviderLimit] = Field(
+        default_factory=dict,
+        description='per provider, in Redis (JSON: {"openrouter": {"max_in_flight": 50, '
+        '"per_second": 20}}); a provider not named is not limited',
+    )
+    limit_slot_ttl_s: float = Field(
+        60.0, gt=0, description="an in-flight slot frees itself after this (a dead worker's)"
+    )
 
     # --- worker --------------------------------------------------------------------------
     worker_concurrency: int = Field(2, ge=1, description="Celery worker processes")
