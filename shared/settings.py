@@ -153,6 +153,12 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(2, ge=1, description="Celery worker processes")
     handlers: list[str] = Field(default_factory=list, description="modules registering handlers")
     metrics_port: int | None = Field(None, description="Prometheus port (unset: no endpoint)")
+    metrics_addr: str = Field(
+        "0.0.0.0", description="address the metrics endpoint listens on (with metrics_port)"
+    )
+    metrics_fleet_interval_s: float = Field(
+        15.0, gt=0, description="fleet gauges (ledger, escalations) are read at most this often"
+    )
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"
 
