@@ -1,43 +1,144 @@
 """Structured logs: one JSON event per line for a log pipeline, readable lines on a terminal.
 
-Events carry the job id, batch, call step, provider and outcome as fields; never a key, an
-auth header or a body (those never reach a log call in the first place: providers log only
-exception class names and phases).
+structlog events and the standard library's records (Celery's own: "ready.", task received,
+pool processes exiting) go through one handler on the real stderr, so a worker's output is
+one format only. Events carry the job id, batch, call step, provider and outcome as fields.
+
+Never a key, an auth header or a body: those never reach a log call in the first place
+(providers log only exception class names and phases); as a second line of defence, fields
+named like secrets or payloads are dropped and passwords in URLs are masked before rendering.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
-from typing import Literal
+from collections.abc import MutableMapping
+from typing import Any, Literal, TextIO
 
 import structlog
 
-__all__ = ["configure_logging"]
+__all__ = ["LogFormat", "configure_logging", "is_configured", "redact", "resolve_format"]
+
+LogFormat = Literal["auto", "json", "console"]
+
+#: Field names whose values never reach a log line, whoever passes them: exact names, and
+#: suffixes (``openrouter_api_key``, ``x_auth_token``, ``request_body``).
+_SECRET_NAMES = frozenset(
+    {"key", "auth", "state", "content", "data", "json", "message_json", "job_json"}
+)
+_SECRET_SUFFIX = re.compile(
+    r"(^|_)(api_?key|token|secret|password|passwd|authorization|cookie|headers?|body|payload)$",
+    re.IGNORECASE,
+)
+# scheme://user:password@host -> scheme://user:***@host (Celery masks its own banner; a URL
+# in an exception message passed through a log call is not masked by anyone else).
+_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@\s/]+@", re.IGNORECASE)
+REDACTED = "[redacted]"
+
+_configured = False
 
 
-def configure_logging(
-    level: str = "INFO", fmt: Literal["auto", "json", "console"] = "auto"
-) -> None:
-    as_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
-    renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer()
-        if as_json
-        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
-    )
-    numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
+def resolve_format(fmt: LogFormat, stream: TextIO | None = None) -> Literal["json", "console"]:
+    """``auto`` is JSON unless the process's real stderr is a terminal."""
+    if fmt != "auto":
+        return fmt
+    # sys.__stderr__: Celery may have swapped sys.stderr for a logging proxy (never a tty).
+    target = stream or sys.__stderr__
+    try:
+        return "console" if target is not None and target.isatty() else "json"
+    except (AttributeError, ValueError):
+        return "json"
+
+
+def _mask(value: str) -> str:
+    return _URL_PASSWORD.sub(r"\1***@", value)
+
+
+def redact(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> Any:
+    """structlog processor: drop secret-looking fields, mask URL passwords in strings."""
+    for name in list(event_dict):
+        if name == "event":
+            continue
+        if name.lower() in _SECRET_NAMES or _SECRET_SUFFIX.search(name):
+            event_dict[name] = REDACTED
+            continue
+        value = event_dict[name]
+        if isinstance(value, str) and "@" in value:
+            event_dict[name] = _mask(value)
+    event = event_dict.get("event")
+    if isinstance(event, str) and "@" in event:
+        event_dict["event"] = _mask(event)
+    return event_dict
+
+
+def is_configured() -> bool:
+    """Whether ``configure_logging`` ran in this process (a later Celery setup keeps it)."""
+    return _configured
+
+
+def configure_logging(level: str | int = "INFO", fmt: LogFormat = "auto") -> None:
+    """Route structlog and the standard library through one renderer on stderr."""
+    global _configured
+    rendered = resolve_format(fmt)
+    numeric = level if isinstance(level, int) else _level_number(level)
+    shared: list[structlog.typing.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.CallsiteParameterAdder(
+            [structlog.processors.CallsiteParameter.PROCESS]
+        ),
+    ]
+    renderer: structlog.typing.Processor
+    if rendered == "json":
+        tail: list[structlog.typing.Processor] = [
+            structlog.processors.format_exc_info,
+            redact,
+            structlog.processors.JSONRenderer(),
+        ]
+    else:
+        renderer = structlog.dev.ConsoleRenderer(colors=_isatty(sys.__stderr__))
+        tail = [redact, renderer]
     structlog.configure(
         processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
+            structlog.stdlib.filter_by_level,
+            *shared,
+            structlog.stdlib.PositionalArgumentsFormatter(),
+            structlog.processors.StackInfoRenderer(),
+            structlog.processors.UnicodeDecoder(),
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=False,
     )
-    logging.basicConfig(
-        level=numeric, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *tail],
     )
+    handler = logging.StreamHandler(sys.__stderr__)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(numeric)
+    # Celery's loggers keep handlers of their own when it set them up first; ours wins.
+    for name in ("celery", "celery.task", "celery.redirected"):
+        named = logging.getLogger(name)
+        named.handlers = []
+        named.propagate = True
+    logging.captureWarnings(True)
+    _configured = True
+
+
+def _level_number(level: str) -> int:
+    return logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
+
+
+def _isatty(stream: TextIO | None) -> bool:
+    try:
+        return bool(stream is not None and stream.isatty())
+    except (AttributeError, ValueError):
+        return False
