@@ -7,12 +7,13 @@ Provider API keys are the one exception: they are read by their own names
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 __all__ = ["ChatHost", "ConsoleUser", "ProviderLimit", "Settings", "SystemOneHost", "get_settings"]
 
@@ -151,7 +152,10 @@ class Settings(BaseSettings):
 
     # --- worker --------------------------------------------------------------------------
     worker_concurrency: int = Field(2, ge=1, description="Celery worker processes")
-    handlers: list[str] = Field(default_factory=list, description="modules registering handlers")
+    handlers: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="modules registering menu handlers (comma-separated or a JSON list)",
+    )
     metrics_port: int | None = Field(None, description="Prometheus port (unset: no endpoint)")
     metrics_addr: str = Field(
         "0.0.0.0", description="address the metrics endpoint listens on (with metrics_port)"
@@ -190,6 +194,16 @@ class Settings(BaseSettings):
     )
     console_session_max_age_s: int = Field(8 * 3600, ge=60, description="a login lasts this long")
     console_https_only: bool = Field(False, description="session cookie only over HTTPS")
+
+    @field_validator("handlers", mode="before")
+    @classmethod
+    def _module_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
 
     @model_validator(mode="after")
     def _ceiling_above_default(self) -> Settings:
