@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import redis
 
 from shared.settings import Settings, get_settings
+from worker import metrics
 from worker.http_pool import sharded_client
 from worker.ledger import Ledger
 from worker.loop import ProcessLoop, process_loop
@@ -71,11 +72,19 @@ def _build() -> WorkerContext:
     # Not one httpx pool of MAX_CONNECTIONS: its per-request cost grows with its size
     # (worker.http_pool says why and what was measured).
     http = sharded_client(max_connections=MAX_CONNECTIONS, timeout=settings.provider_timeout_s)
-    providers = ProviderRegistry.from_settings(settings, http=http)
+    providers = ProviderRegistry.from_settings(
+        settings, http=http, limiter=metrics.limiter_for(settings)
+    )
     sink = _overrides.get("sink")
     if sink is None:
         sink = RedisPublisher(
             redis.Redis.from_url(settings.redis_url), ttl_s=settings.publish_marker_ttl_s
         )
-    runner = Runner(settings=settings, ledger=ledger, providers=providers, sink=sink)  # type: ignore[arg-type]
+    runner = Runner(
+        settings=settings,
+        ledger=ledger,
+        providers=providers,
+        sink=sink,  # type: ignore[arg-type]
+        observer=metrics.observer_for(settings),
+    )
     return WorkerContext(settings, ledger, providers, sink, loop, runner, os.getpid())  # type: ignore[arg-type]

@@ -91,7 +91,7 @@ def escalation_counts(
     info = next((g for g in groups if _text(g["name"]) == group), None)
     if info is None:
         # No reviewer has looked yet: every entry is waiting.
-        return EscalationCounts(int(client.xlen(stream)), 0)  # type: ignore[arg-type]
+        return EscalationCounts(int(client.xlen(stream)), 0)
     lag = info.get("lag")
     if lag is None:
         # Redis cannot tell after deletions in the stream: count what follows the last read.

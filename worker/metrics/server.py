@@ -83,7 +83,7 @@ class MetricsServer:
         if path in ("/", "/metrics"):
             if self.directory is not None:
                 forget_dead_processes(self.directory)
-            return self._metrics(environ, start_response)  # type: ignore[no-any-return]
+            return self._metrics(environ, start_response)
         return _text(start_response, "404 Not Found", "not found\n")
 
     def start(self, host: str, port: int) -> int:
