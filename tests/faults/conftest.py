@@ -1,0 +1,86 @@
+"""Fixtures of the fault suite: one faux server per session, a fleet per test.
+
+Redis database 12 of the shared Redis holds each test's broker queue and streams (flushed
+before and after); each test has its own PostgreSQL schema; scenarios that restart a server
+start their own. The figures every scenario reports are printed at the end of the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.checker import Figures
+from tests.support.fleet import Fleet, fleet, profile
+from tests.support.processes import faux_server
+from tests.support.services import postgres_schema, redis_database, redis_url
+
+REDIS_DB = 12
+
+_FIGURES: list[str] = []
+
+FleetFactory = Callable[..., Fleet]
+
+
+@pytest.fixture(scope="session")
+def faux_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    logs = tmp_path_factory.mktemp("faux")
+    with faux_server(log=logs / "faux.log") as url:
+        yield url
+
+
+@pytest.fixture
+def new_fleet(
+    request: pytest.FixtureRequest, tmp_path: Path, faux_url: str
+) -> Iterator[FleetFactory]:
+    """Make a fleet: shared Redis db 12 and a fresh schema unless a test brings its own."""
+    with ExitStack() as stack:
+
+        def make(
+            name: str,
+            settings: dict[str, str] | None = None,
+            *,
+            broker_url: str | None = None,
+            ledger_url: str | None = None,
+            r: Any = None,
+        ) -> Fleet:
+            if broker_url is None:
+                r = stack.enter_context(redis_database(REDIS_DB))
+                broker_url = redis_url(REDIS_DB)
+            if ledger_url is None:
+                ledger_url = stack.enter_context(postgres_schema("faults"))
+            return stack.enter_context(
+                fleet(
+                    name,
+                    r=r,
+                    broker_url=broker_url,
+                    ledger_url=ledger_url,
+                    faux_url=faux_url,
+                    logs=tmp_path,
+                    settings=settings or profile(3),
+                )
+            )
+
+        yield make
+
+
+@pytest.fixture
+def report(request: pytest.FixtureRequest) -> Callable[[Figures], Figures]:
+    def add(figures: Figures) -> Figures:
+        line = f"{request.node.name}: {figures.line()}"
+        print(line)
+        _FIGURES.append(line)
+        return figures
+
+    return add
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _FIGURES:
+        terminalreporter.section("fault scenarios: checker figures")
+        for line in _FIGURES:
+            terminalreporter.write_line(line)
