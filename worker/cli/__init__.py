@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import typer
 
-from worker.cli import escalations, ledger, providers, queue, record, run, schema, serve
+from worker.cli import (
+    escalations,
+    ledger,
+    providers,
+    queue,
+    record,
+    run,
+    schema,
+    serve,
+    webconsole,
+)
 
 __all__ = ["app", "main"]
 
@@ -22,6 +32,7 @@ schema.register(app)
 escalations.register(app)
 ledger.register(app)
 providers.register(app)
+webconsole.register(app)
 record.register(app)
 
 

@@ -1,0 +1,148 @@
+"""``create_app``: the reviewer console as a Starlette application.
+
+It reads the same Redis streams (through ``EscalationQueue``) and the same ledger as the
+command line, built from the same settings. Sessions are signed cookies (itsdangerous,
+through Starlette's ``SessionMiddleware``), ``SameSite=Strict`` and HTTP-only; the pages are
+Jinja2 templates with autoescaping on, and the static files are the package's own.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from pathlib import Path
+from typing import Any
+
+import redis
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.sessions import SessionMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from shared.escalations import EscalationQueue
+from shared.resolutions import MenuAnswerChecker
+from shared.settings import Settings
+from worker.console import batch_views, escalation_views, login_views
+from worker.console.auth import Users
+from worker.console.estimates import EstimateSource, NoEstimates
+from worker.console.filters import install_filters
+from worker.console.headers import SecurityHeaders
+from worker.console.web import ConsoleState, redirect, render
+from worker.ledger import Ledger
+
+__all__ = ["create_app", "menu_checker", "templates"]
+
+SESSION_COOKIE = "decisions_console"
+_log = logging.getLogger(__name__)
+_MAX_BODY_BYTES = 1024 * 1024
+
+
+def menu_checker() -> MenuAnswerChecker | None:
+    """The menu engine's answer check, once it is installed (imported late: it is optional)."""
+    try:
+        from worker.menus.resolution import check_menu_answer
+    except ImportError:
+        return None
+    checker: MenuAnswerChecker = check_menu_answer
+    return checker
+
+
+def templates() -> Environment:
+    env = Environment(
+        loader=PackageLoader("worker.console", "templates"),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    install_filters(env)
+    return env
+
+
+def create_app(
+    settings: Settings,
+    *,
+    queue: EscalationQueue | None = None,
+    ledger: Ledger | None = None,
+    estimates: EstimateSource | None = None,
+) -> Starlette:
+    if queue is None:
+        queue = EscalationQueue(
+            redis.Redis.from_url(settings.redis_url),
+            claim_idle_s=settings.escalation_claim_idle_s,
+            marker_ttl_s=settings.publish_marker_ttl_s,
+            menu_checker=menu_checker(),
+        )
+    state = ConsoleState(
+        queue=queue,
+        ledger=ledger or Ledger.from_settings(settings),
+        users=Users(settings.console_users),
+        estimates=estimates or NoEstimates(),
+        templates=templates(),
+    )
+    secret = (
+        settings.console_secret_key.get_secret_value()
+        if settings.console_secret_key
+        else secrets.token_urlsafe(32)
+    )
+    app = Starlette(
+        routes=_routes(),
+        middleware=[
+            Middleware(SecurityHeaders),
+            Middleware(
+                SessionMiddleware,
+                secret_key=secret,
+                session_cookie=SESSION_COOKIE,
+                max_age=settings.console_session_max_age_s,
+                same_site="strict",
+                https_only=settings.console_https_only,
+            ),
+        ],
+        exception_handlers={HTTPException: _http_error, Exception: _server_error},
+        max_body_size=_MAX_BODY_BYTES,
+    )
+    app.state.console = state
+    return app
+
+
+def _routes() -> list[Route | Mount]:
+    static = Path(__file__).with_name("static")
+    return [
+        Route("/", lambda request: redirect("/escalations")),
+        Route("/healthz", lambda request: PlainTextResponse("ok")),
+        Route("/login", login_views.login_form, methods=["GET"]),
+        Route("/login", login_views.login_submit, methods=["POST"]),
+        Route("/logout", login_views.logout, methods=["POST"]),
+        Route("/escalations", escalation_views.escalation_list, methods=["GET"]),
+        Route("/escalations/{entry_id}", escalation_views.escalation_detail, methods=["GET"]),
+        Route("/escalations/{entry_id}/claim", escalation_views.claim, methods=["POST"]),
+        Route("/escalations/{entry_id}/resolve", escalation_views.resolve, methods=["POST"]),
+        Route("/escalations/{entry_id}/release", escalation_views.release, methods=["POST"]),
+        Route("/batches", batch_views.batch_list, methods=["GET"]),
+        Route("/batches/view", batch_views.batch_detail, methods=["GET"]),
+        Mount("/static", StaticFiles(directory=static), name="static"),
+    ]
+
+
+async def _http_error(request: Request, exc: Any) -> Response:
+    status = getattr(exc, "status_code", 500)
+    titles = {404: "Not found", 405: "Not allowed", 413: "Too large"}
+    return _plain_page(request, status, titles.get(status, "Error"), "")
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    # No traceback or message on the page: it could quote a job's data or a setting.
+    _log.error("console error on %s: %s", request.url.path, type(exc).__name__, exc_info=exc)
+    return _plain_page(request, 500, "Something went wrong", "The error was logged.")
+
+
+def _plain_page(request: Request, status: int, title: str, message: str) -> Response:
+    try:
+        return render(request, "error.html", status=status, title=title, message=message)
+    except Exception:  # the session or templates themselves failed: plain text then
+        return HTMLResponse(title, status_code=status)

@@ -1,0 +1,74 @@
+"""The batches pages: every batch in the ledger, and one batch's progress, cost and stragglers."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from shared.errors import LedgerError
+from worker.console.auth import Login
+from worker.console.chart import progress_chart
+from worker.console.figures import batch_report, list_batches
+from worker.console.web import page, render, state_of
+
+__all__ = ["batch_detail", "batch_list"]
+
+#: The batch page reloads itself (no script needed) so a running batch is seen moving.
+REFRESH_S = 10
+
+
+@page
+def batch_list(request: Request, login: Login) -> Response:
+    state = state_of(request)
+    try:
+        batches = list_batches(state.ledger)
+    except (LedgerError, SQLAlchemyError) as exc:
+        return _ledger_down(request, exc)
+    estimates = {b.batch: state.estimates.estimate(b.batch) for b in batches if b.batch}
+    return render(request, "batches.html", batches=batches, estimates=estimates)
+
+
+@page
+def batch_detail(request: Request, login: Login) -> Response:
+    batch = request.query_params.get("batch", "")
+    if not batch:
+        return render(
+            request, "error.html", status=404, title="No batch", message="Name a batch."
+        )
+    state = state_of(request)
+    try:
+        report = batch_report(state.ledger, batch, datetime.now(UTC))
+        escalations = state.queue.open(batch=batch)
+    except (LedgerError, SQLAlchemyError) as exc:
+        return _ledger_down(request, exc)
+    if report.status.jobs_total == 0:
+        return render(
+            request,
+            "error.html",
+            status=404,
+            title="No such batch",
+            message="The ledger has no job in that batch.",
+        )
+    return render(
+        request,
+        "batch.html",
+        report=report,
+        chart=progress_chart(report.timeline),
+        estimate=state.estimates.estimate(batch),
+        open_escalations=len(escalations),
+        refresh_s=REFRESH_S if report.status.jobs_open else None,
+    )
+
+
+def _ledger_down(request: Request, exc: Exception) -> Response:
+    # The class name only: a driver's message can carry a connection string.
+    return render(
+        request,
+        "error.html",
+        status=503,
+        title="Ledger unavailable",
+        message=f"The ledger cannot be read right now ({type(exc).__name__}).",
+    )

@@ -1,0 +1,252 @@
+"""What the batches page shows, read from the ledger (read-only transactions).
+
+Counts by outcome and reason come from ``Ledger.status``, unknown calls from
+``Ledger.unknown_calls``; what the ledger's API has no query for (the batches, each job's
+timing, cost by provider and basis) is read here from its tables, without writing.
+The timeline is built in Python from each job's created/finished stamps (two columns a job),
+which keeps the query the same on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
+
+from worker.ledger import SENT_STATUSES, CallRow, Ledger, LedgerStatus
+from worker.ledger.engine import READ_ONLY
+from worker.ledger.models import calls, jobs
+
+__all__ = [
+    "BatchReport",
+    "BatchSummary",
+    "CostLine",
+    "JobTiming",
+    "TimelinePoint",
+    "batch_report",
+    "list_batches",
+    "timeline",
+]
+
+SLOWEST = 10
+TIMELINE_POINTS = 12
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    batch: str | None
+    jobs: int
+    open: int
+    by_type: dict[str, int]
+    first_created: datetime | None
+    last_finished: datetime | None
+
+
+@dataclass(frozen=True)
+class JobTiming:
+    job_id: str
+    created_at: datetime
+    finished_at: datetime | None
+    terminal_type: str | None
+    terminal_reason: str | None
+    seconds: float
+
+    @property
+    def outcome(self) -> str:
+        if self.terminal_type is None:
+            return "open"
+        if self.terminal_reason:
+            return f"{self.terminal_type}:{self.terminal_reason}"
+        return self.terminal_type
+
+
+@dataclass(frozen=True)
+class CostLine:
+    provider: str
+    basis: str
+    calls: int
+    #: None: none of these calls has a known cost (never reported as 0).
+    cost_usd: float | None
+
+
+@dataclass(frozen=True)
+class TimelinePoint:
+    """Cumulative counts at ``at``; ``reasons`` counts what finished since the last point."""
+
+    at: datetime
+    submitted: int
+    by_type: dict[str, int]
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> int:
+        return sum(self.by_type.values())
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    batch: str
+    status: LedgerStatus
+    costs: list[CostLine]
+    unknown_calls: list[CallRow]
+    slowest: list[JobTiming]
+    oldest_open: list[JobTiming]
+    timeline: list[TimelinePoint]
+    now: datetime
+
+    @property
+    def cost_known_usd(self) -> float:
+        return sum(c.cost_usd for c in self.costs if c.cost_usd is not None)
+
+
+@contextmanager
+def _reading(ledger: Ledger) -> Iterator[Connection]:
+    with ledger.engine.connect() as conn:
+        conn.execution_options(**{READ_ONLY: True})
+        with conn.begin():
+            yield conn
+
+
+def list_batches(ledger: Ledger) -> list[BatchSummary]:
+    """Every batch in the ledger (jobs without one as batch None), newest first."""
+    stmt = select(
+        jobs.c.batch,
+        jobs.c.terminal_type,
+        func.count(),
+        func.min(jobs.c.created_at),
+        func.max(jobs.c.finished_at),
+    ).group_by(jobs.c.batch, jobs.c.terminal_type)
+    totals: dict[str | None, Counter[str]] = {}
+    first: dict[str | None, datetime] = {}
+    last: dict[str | None, datetime] = {}
+    with _reading(ledger) as conn:
+        rows = conn.execute(stmt).all()
+    for batch, terminal_type, count, created, finished in rows:
+        totals.setdefault(batch, Counter())[terminal_type or "open"] += count
+        created, finished = _aware(created), _aware(finished)
+        if created is not None and (batch not in first or created < first[batch]):
+            first[batch] = created
+        if finished is not None and (batch not in last or finished > last[batch]):
+            last[batch] = finished
+    summaries = [
+        BatchSummary(
+            batch=batch,
+            jobs=sum(counts.values()),
+            open=counts.get("open", 0),
+            by_type={k: v for k, v in counts.items() if k != "open"},
+            first_created=first.get(batch),
+            last_finished=last.get(batch),
+        )
+        for batch, counts in totals.items()
+    ]
+    epoch = datetime.min.replace(tzinfo=UTC)
+    return sorted(summaries, key=lambda s: s.first_created or epoch, reverse=True)
+
+
+def batch_report(ledger: Ledger, batch: str, now: datetime) -> BatchReport:
+    status = ledger.status(batch)
+    job_stmt = select(
+        jobs.c.job_id,
+        jobs.c.created_at,
+        jobs.c.finished_at,
+        jobs.c.terminal_type,
+        jobs.c.terminal_reason,
+    ).where(jobs.c.batch == batch)
+    cost_stmt = (
+        select(
+            calls.c.provider,
+            calls.c.cost_basis,
+            func.count(),
+            func.sum(calls.c.cost_usd),
+            func.count(calls.c.cost_usd),
+        )
+        .join(jobs, jobs.c.job_id == calls.c.job_id)
+        .where(jobs.c.batch == batch, calls.c.status.in_(sorted(SENT_STATUSES)))
+        .group_by(calls.c.provider, calls.c.cost_basis)
+    )
+    with _reading(ledger) as conn:
+        timings = [
+            _timing(job_id, created, finished, ttype, reason, now)
+            for job_id, created, finished, ttype, reason in conn.execute(job_stmt)
+        ]
+        costs = [
+            CostLine(
+                provider=provider,
+                basis=basis or "unknown",
+                calls=count,
+                cost_usd=float(total) if costed else None,
+            )
+            for provider, basis, count, total, costed in conn.execute(cost_stmt)
+        ]
+    in_batch = {t.job_id for t in timings}
+    unknown = [c for c in ledger.unknown_calls() if c.job_id in in_batch]
+    finished = [t for t in timings if t.finished_at is not None]
+    still_open = [t for t in timings if t.finished_at is None]
+    return BatchReport(
+        batch=batch,
+        status=status,
+        costs=sorted(costs, key=lambda c: (c.provider, c.basis)),
+        unknown_calls=unknown,
+        slowest=sorted(finished, key=lambda t: t.seconds, reverse=True)[:SLOWEST],
+        oldest_open=sorted(still_open, key=lambda t: t.seconds, reverse=True)[:SLOWEST],
+        timeline=timeline(timings, now),
+        now=now,
+    )
+
+
+def timeline(
+    timings: list[JobTiming], now: datetime, points: int = TIMELINE_POINTS
+) -> list[TimelinePoint]:
+    """Cumulative submitted and finished-by-type counts at evenly spaced moments."""
+    if not timings:
+        return []
+    start = min(t.created_at for t in timings)
+    stamps = [t.finished_at for t in timings if t.finished_at is not None]
+    end = now if any(t.finished_at is None for t in timings) or not stamps else max(stamps)
+    end = max(end, start + timedelta(seconds=1))
+    step = (end - start) / points
+    out: list[TimelinePoint] = []
+    previous = start
+    for i in range(points + 1):
+        at = start + step * i
+        by_type: Counter[str] = Counter()
+        reasons: Counter[str] = Counter()
+        for t in timings:
+            if t.finished_at is None or t.finished_at > at or t.terminal_type is None:
+                continue
+            by_type[t.terminal_type] += 1
+            if i == 0 or t.finished_at > previous:
+                reasons[t.outcome] += 1
+        submitted = sum(1 for t in timings if t.created_at <= at)
+        out.append(TimelinePoint(at, submitted, dict(by_type), dict(reasons)))
+        previous = at
+    return out
+
+
+def _timing(
+    job_id: str,
+    created: datetime,
+    finished: datetime | None,
+    terminal_type: str | None,
+    reason: str | None,
+    now: datetime,
+) -> JobTiming:
+    created_at = _aware(created)
+    finished_at = _aware(finished)
+    assert created_at is not None
+    seconds = ((finished_at or now) - created_at).total_seconds()
+    return JobTiming(job_id, created_at, finished_at, terminal_type, reason, seconds)
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    # The aggregate functions (min/max) bypass the column type on SQLite and return text.
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)

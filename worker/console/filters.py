@@ -1,0 +1,48 @@
+"""Template filters: ages, money (an unknown cost says so, never $0), times."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from jinja2 import Environment
+
+__all__ = ["age", "install_filters", "shown", "usd", "when"]
+
+
+def age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, float(seconds))
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 36 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def usd(value: float | None) -> str:
+    if value is None:
+        return "unknown"
+    return f"${value:,.6f}" if value < 1 else f"${value:,.2f}"
+
+
+def when(value: datetime | None) -> str:
+    if value is None:
+        return "-"
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def shown(value: object) -> str:
+    """A machine's answer value: yes/no for a boolean, the value otherwise."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return "-" if value is None else str(value)
+
+
+def install_filters(env: Environment) -> None:
+    env.filters["shown"] = shown
+    env.filters["age"] = age
+    env.filters["usd"] = usd
+    env.filters["when"] = when

@@ -1,0 +1,151 @@
+"""The plumbing every page shares: the console's resources, login, rendering, form posts.
+
+``page`` guards a GET: a visitor without a login is sent to it. ``action`` guards a POST:
+it reads the (urlencoded, file-less, bounded) form, refuses it with 403 unless its CSRF
+token matches the session's, checks the login and role, and runs the handler in a thread,
+because the queue and the ledger are blocking clients.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import quote
+
+from jinja2 import Environment
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from shared.escalations import EscalationQueue
+from worker.console.auth import Login, Users
+from worker.console.csrf import CSRF_FIELD, csrf_ok, csrf_token
+from worker.console.estimates import EstimateSource
+from worker.ledger import Ledger
+
+__all__ = [
+    "ConsoleState",
+    "Form",
+    "action",
+    "flash",
+    "login_of",
+    "page",
+    "redirect",
+    "render",
+    "state_of",
+]
+
+Form = Mapping[str, str]
+Handler = Callable[[Request, Login, Form], Response]
+Endpoint = Callable[[Request], Awaitable[Response]]
+_MAX_FIELDS: Final = 400
+_USER_KEY: Final = "user"
+_FLASH_KEY: Final = "flash"
+
+
+@dataclass(frozen=True)
+class ConsoleState:
+    queue: EscalationQueue
+    ledger: Ledger
+    users: Users
+    estimates: EstimateSource
+    templates: Environment
+
+
+def state_of(request: Request) -> ConsoleState:
+    state: ConsoleState = request.app.state.console
+    return state
+
+
+def login_of(request: Request) -> Login | None:
+    """The session's user, with the role settings give them now (removed users have none)."""
+    name = request.session.get(_USER_KEY)
+    if not isinstance(name, str):
+        return None
+    role = state_of(request).users.role_of(name)
+    return Login(name, role) if role else None
+
+
+def log_in(request: Request, login: Login) -> None:
+    request.session[_USER_KEY] = login.name
+
+
+def flash(request: Request, text: str) -> None:
+    request.session[_FLASH_KEY] = [*request.session.get(_FLASH_KEY, []), text][-5:]
+
+
+def redirect(url: str) -> RedirectResponse:
+    return RedirectResponse(url, status_code=303)
+
+
+def render(request: Request, template: str, *, status: int = 200, **context: Any) -> HTMLResponse:
+    env = state_of(request).templates
+    flashes = request.session.pop(_FLASH_KEY, [])
+    html = env.get_template(template).render(
+        login=login_of(request),
+        csrf_field=CSRF_FIELD,
+        csrf_token=csrf_token(request.session),
+        flashes=flashes,
+        path=request.url.path,
+        **context,
+    )
+    return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})
+
+
+def _to_login(request: Request) -> RedirectResponse:
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return redirect(f"/login?next={quote(target, safe='')}")
+
+
+def page(
+    handler: Callable[[Request, Login], Response],
+) -> Callable[[Request], Response]:
+    @functools.wraps(handler)
+    def endpoint(request: Request) -> Response:
+        login = login_of(request)
+        if login is None:
+            return _to_login(request)
+        return handler(request, login)
+
+    return endpoint
+
+
+def action(*, reviewer: bool = True) -> Callable[[Handler], Endpoint]:
+    """A POST that needs a login (and the reviewer role unless ``reviewer=False``)."""
+
+    def wrap(handler: Handler) -> Endpoint:
+        @functools.wraps(handler)
+        async def endpoint(request: Request) -> Response:
+            form = await read_form(request)
+            if form is None:
+                return forbidden(request, "the form's security token is missing or stale")
+            login = login_of(request)
+            if login is None:
+                return _to_login(request)
+            if reviewer and not login.can_review:
+                return forbidden(request, "your login is read-only")
+            return await run_in_threadpool(handler, request, login, form)
+
+        return endpoint
+
+    return wrap
+
+
+async def read_form(request: Request) -> Form | None:
+    """The form's fields, or None unless it carries the session's CSRF token (and no file)."""
+    async with request.form(max_files=0, max_fields=_MAX_FIELDS) as data:
+        fields: dict[str, str] = {}
+        for key, value in data.multi_items():
+            if isinstance(value, UploadFile):
+                return None
+            fields.setdefault(key, value)
+    if not csrf_ok(request.session, fields.get(CSRF_FIELD)):
+        return None
+    return fields
+
+
+def forbidden(request: Request, why: str) -> HTMLResponse:
+    return render(request, "error.html", status=403, title="Not allowed", message=why)
