@@ -18,6 +18,7 @@ from worker.http_pool import sharded_client
 from worker.ledger import Ledger
 from worker.loop import ProcessLoop, process_loop
 from worker.providers import ProviderRegistry
+from worker.providers.redis_limiter import RedisLimiter
 from worker.runner import Runner
 from worker.sinks import RedisPublisher, ReplySink
 
@@ -72,8 +73,9 @@ def _build() -> WorkerContext:
     # Not one httpx pool of MAX_CONNECTIONS: its per-request cost grows with its size
     # (worker.http_pool says why and what was measured).
     http = sharded_client(max_connections=MAX_CONNECTIONS, timeout=settings.provider_timeout_s)
+    fleet_limits = RedisLimiter.from_settings(settings) if settings.provider_limits else None
     providers = ProviderRegistry.from_settings(
-        settings, http=http, limiter=metrics.limiter_for(settings)
+        settings, http=http, limiter=metrics.limiter_for(settings, fleet_limits)
     )
     sink = _overrides.get("sink")
     if sink is None:
