@@ -8,13 +8,16 @@ longest deadline, and a soft time limit below the hard one, both above the deadl
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+import structlog
 from celery import Celery, signals
 
 from shared import keys
 from shared.errors import ConfigurationError
 from shared.settings import Settings, get_settings
+from worker import logs, metrics
 
 __all__ = ["app", "check_visibility_timeout", "create_app", "time_limits"]
 
@@ -89,3 +92,63 @@ def _start_reaper(sender: Any = None, **_: Any) -> None:
         from worker.reaper import ReaperThread
 
         ReaperThread(interval).start()
+
+
+@signals.celeryd_init.connect
+def _early_logging(options: Any = None, **_: Any) -> None:
+    # Before Celery's first warning (running as root, say): every line of a worker is ours.
+    settings = get_settings()
+    level = (options or {}).get("loglevel") or settings.log_level
+    logs.configure_logging(level, settings.log_format)
+
+
+@signals.setup_logging.connect
+def _setup_logging(loglevel: Any = None, **_: Any) -> None:
+    # Connected, so Celery leaves logging to us: one renderer for its records and ours.
+    if not logs.is_configured():
+        settings = get_settings()
+        logs.configure_logging(loglevel or settings.log_level, settings.log_format)
+
+
+@signals.worker_init.connect
+def _fleet_init(sender: Any = None, **_: Any) -> None:
+    settings = get_settings()
+    if sender is not None and logs.resolve_format(settings.log_format) == "json":
+        sender.quiet = True  # Celery's banner is not one JSON event; worker.ready says it all
+    metrics.on_worker_init(settings)
+
+
+@signals.worker_ready.connect
+def _fleet_ready(sender: Any = None, **_: Any) -> None:
+    settings = get_settings()
+    controller = getattr(sender, "controller", None)
+    if controller is not None and logs.resolve_format(settings.log_format) == "json":
+        # Celery prints "worker: Warm shutdown (MainProcess)" raw; worker.stopping says it.
+        from celery.apps import worker as celery_worker
+
+        celery_worker.install_worker_term_handler(controller, verbose=False)
+        celery_worker.install_worker_term_hard_handler(controller, verbose=False)
+    metrics.on_worker_ready(settings)
+    structlog.get_logger("decisions.worker").info(
+        "worker.ready",
+        hostname=getattr(sender, "hostname", None),
+        broker=sender.connection.as_uri() if getattr(sender, "connection", None) else None,
+        concurrency=getattr(getattr(sender, "pool", None), "limit", None),
+        metrics_port=settings.metrics_port,
+    )
+
+
+@signals.worker_shutting_down.connect
+def _fleet_stopping(sig: Any = None, how: Any = None, **_: Any) -> None:
+    metrics.on_shutting_down()
+    structlog.get_logger("decisions.worker").info("worker.stopping", signal=sig, how=how)
+
+
+@signals.worker_shutdown.connect
+def _fleet_stopped(**_: Any) -> None:
+    metrics.on_shutdown()
+
+
+@signals.worker_process_shutdown.connect
+def _pool_process_exit(pid: int | None = None, **_: Any) -> None:
+    metrics.on_process_shutdown(pid or os.getpid())

@@ -36,6 +36,7 @@ _SECRET_SUFFIX = re.compile(
 # in an exception message passed through a log call is not masked by anyone else).
 _URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@\s/]+@", re.IGNORECASE)
 REDACTED = "[redacted]"
+_HANDLER_NAME = "decisions"
 
 _configured = False
 
@@ -121,8 +122,12 @@ def configure_logging(level: str | int = "INFO", fmt: LogFormat = "auto") -> Non
     )
     handler = logging.StreamHandler(sys.__stderr__)
     handler.setFormatter(formatter)
+    handler.set_name(_HANDLER_NAME)
     root = logging.getLogger()
-    root.handlers = [handler]
+    # Replace our own handler only: others on the root (pytest's capture, say) stay.
+    for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
+        root.removeHandler(old)
+    root.addHandler(handler)
     root.setLevel(numeric)
     # Celery's loggers keep handlers of their own when it set them up first; ours wins.
     for name in ("celery", "celery.task", "celery.redirected"):
