@@ -26,7 +26,18 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
-test: lint typecheck
+# tests/console drive Debian's chromium through Playwright (Playwright's own browser download
+# cannot work here): installed when missing, as root; elsewhere the browser tests say why.
+CHROMIUM ?= /usr/bin/chromium
+
+$(CHROMIUM):
+	@if [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	else \
+	  echo "$(CHROMIUM) is missing: install Debian's chromium (as root) for tests/console" >&2; \
+	fi
+
+test: lint typecheck $(CHROMIUM)
 	$(BIN)/pytest -q -m "not soak and not live"
 
 unit: $(VENV)/.installed-dev
