@@ -163,8 +163,10 @@ class Settings(BaseSettings):
     metrics_fleet_interval_s: float = Field(
         15.0, gt=0, description="fleet gauges (ledger, escalations) are read at most this often"
     )
-    log_format: Literal["auto", "json", "console"] = "auto"
-    log_level: str = "INFO"
+    log_format: Literal["auto", "json", "console"] = Field(
+        "auto", description="worker logs: JSON lines, console lines, or auto (console on a tty)"
+    )
+    log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
 
     # --- reviewers -----------------------------------------------------------------------
     escalation_claim_idle_s: float = Field(

@@ -13,6 +13,8 @@ from worker.cli import (
     run,
     schema,
     serve,
+    settings,
+    status,
     webconsole,
 )
 
@@ -32,6 +34,8 @@ schema.register(app)
 escalations.register(app)
 ledger.register(app)
 providers.register(app)
+status.register(app)
+settings.register(app)
 webconsole.register(app)
 record.register(app)
 

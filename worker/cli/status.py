@@ -1,0 +1,159 @@
+"""``decisions status``: the fleet at a glance, for an operator.
+
+Queue depth (the broker's own count of the Celery queue), the workers answering
+``celery inspect stats`` within a short timeout, calls in flight (ledger ``claimed``, and how
+many of those a dead worker left behind), the outbox backlog and the escalations still open.
+Every figure is read, none is estimated; a source that cannot be reached is named, and the
+command then exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import redis
+import typer
+from kombu.utils.url import maybe_sanitize_url
+from rich.table import Table
+
+from shared.settings import get_settings
+from worker.cli.console import console
+from worker.ledger import Ledger
+from worker.logs import mask_passwords
+from worker.metrics.fleet import (
+    EscalationCounts,
+    LedgerGauges,
+    QueueDepth,
+    WorkerInfo,
+    escalation_counts,
+    ledger_gauges,
+    queue_depth,
+    workers,
+)
+
+__all__ = ["FleetStatus", "read_status", "register"]
+
+
+@dataclass
+class FleetStatus:
+    broker: str
+    queue: QueueDepth | None = None
+    workers: list[WorkerInfo] | None = None
+    ledger: LedgerGauges | None = None
+    escalations: EscalationCounts | None = None
+    #: Source name -> why it could not be read.
+    unreachable: dict[str, str] = field(default_factory=dict)
+
+
+def read_status(timeout_s: float = 1.0) -> FleetStatus:
+    from worker.app import app as celery_app
+
+    settings = get_settings()
+    status = FleetStatus(broker=maybe_sanitize_url(settings.broker_url))
+    try:
+        status.queue = queue_depth(celery_app)
+        status.workers = workers(celery_app, timeout_s=timeout_s)
+    except Exception as exc:  # any broker failure is reported, not raised
+        status.unreachable["broker"] = _why(exc)
+    try:
+        ledger = Ledger.from_settings(settings)
+        try:
+            ledger.check_schema()
+            status.ledger = ledger_gauges(ledger)
+        finally:
+            ledger.dispose()
+    except Exception as exc:
+        status.unreachable["ledger"] = _why(exc)
+    try:
+        client = redis.Redis.from_url(
+            settings.redis_url, socket_timeout=timeout_s + 1, socket_connect_timeout=timeout_s + 1
+        )
+        try:
+            status.escalations = escalation_counts(client)
+        finally:
+            client.close()
+    except redis.RedisError as exc:
+        status.unreachable["redis"] = _why(exc)
+    return status
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("status")
+    def status(
+        timeout: float = typer.Option(
+            1.0, "--timeout", help="how long to wait for workers to answer (s)"
+        ),
+        as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
+    ) -> None:
+        """Queue depth, workers, calls in flight and escalations open, fleet-wide."""
+        figures = read_status(timeout)
+        if as_json:
+            typer.echo(json.dumps(_as_json(figures), indent=2, sort_keys=True))
+        else:
+            _print(figures)
+        if figures.unreachable:
+            raise typer.Exit(1)
+
+
+def _print(s: FleetStatus) -> None:
+    table = Table(title="decisions fleet", show_header=True)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    table.add_row("broker", s.broker)
+    if s.queue is not None:
+        table.add_row(f"queue {s.queue.queue!r}: waiting", str(s.queue.ready))
+        if s.queue.unacked is not None:
+            table.add_row("  delivered, not acknowledged", str(s.queue.unacked))
+        if s.queue.consumers is not None:
+            table.add_row("  consumers", str(s.queue.consumers))
+    if s.workers is not None:
+        table.add_row("workers answering", str(len(s.workers)))
+    if s.ledger is not None:
+        table.add_section()
+        table.add_row("calls in flight (claimed)", str(s.ledger.in_flight))
+        table.add_row("  of which lease expired", str(s.ledger.claims_expired))
+        table.add_row("calls unknown (all time)", str(s.ledger.calls_by_status.get("unknown", 0)))
+        table.add_row("terminal messages not yet published", str(s.ledger.jobs_unpublished))
+    if s.escalations is not None:
+        table.add_section()
+        table.add_row("escalations open", str(s.escalations.open))
+        table.add_row("  waiting for a reviewer", str(s.escalations.waiting))
+        table.add_row("  claimed by a reviewer", str(s.escalations.claimed))
+    for source, why in sorted(s.unreachable.items()):
+        table.add_section()
+        table.add_row(f"[red]{source} unreachable[/]", why)
+    console.print(table)
+    if s.workers:
+        listing = Table(title="workers", show_header=True)
+        for column in ("name", "concurrency", "processes", "tasks done", "uptime (s)"):
+            listing.add_column(column, justify="left" if column == "name" else "right")
+        for w in s.workers:
+            listing.add_row(
+                w.name,
+                _shown(w.concurrency),
+                str(w.processes),
+                str(w.tasks_done),
+                _shown(w.uptime_s),
+            )
+        console.print(listing)
+
+
+def _as_json(s: FleetStatus) -> dict[str, Any]:
+    data = asdict(s)
+    if s.ledger is not None:
+        data["ledger"]["in_flight"] = s.ledger.in_flight
+    if s.escalations is not None:
+        data["escalations"]["open"] = s.escalations.open
+    return data
+
+
+def _shown(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _why(exc: BaseException) -> str:
+    # The class and message only, any URL password in it masked.
+    first = (str(exc).splitlines() or [""])[0]
+    return mask_passwords(f"{type(exc).__name__}: {first}")[:300]
