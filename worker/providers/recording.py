@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -97,6 +97,8 @@ class ObservedResponse:
     method: str
     url: str
     request_body: bytes | None
+    #: The request's headers other than auth (the transport adds auth per attempt).
+    request_headers: Mapping[str, str]
     status: int
     headers: httpx.Headers
     body: bytes
@@ -105,13 +107,14 @@ class ObservedResponse:
 
 
 ResponseObserver = Callable[[ObservedResponse], None]
+_O = TypeVar("_O", bound=ResponseObserver)
 
 _observers: list[ResponseObserver] = []
 _observers_lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def observing(observer: ResponseObserver) -> Iterator[ResponseObserver]:
+def observing(observer: _O) -> Iterator[_O]:
     """Call ``observer`` with every response the providers of this process receive."""
     with _observers_lock:
         _observers.append(observer)
@@ -127,6 +130,7 @@ def observe(
     method: str,
     url: str,
     request_body: bytes | None,
+    request_headers: Mapping[str, str],
     response: httpx.Response,
     *,
     key: str | None,
@@ -141,8 +145,8 @@ def observe(
     if not observers:
         return
     observed = ObservedResponse(
-        provider, method, url, request_body, response.status_code, response.headers,
-        response.content, key, auth_header,
+        provider, method, url, request_body, request_headers, response.status_code,
+        response.headers, response.content, key, auth_header,
     )
     for observer in observers:
         try:

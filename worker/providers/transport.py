@@ -407,7 +407,8 @@ class _Call:
             ) from None
         # Every response that arrived, before classifying it: a recording keeps failures too.
         observe(
-            self.provider, self.request.method, self.request.url, self.request.body, response,
+            self.provider, self.request.method, self.request.url, self.request.body,
+            self.request.headers, response,
             key=self.key, auth_header=self.auth.header if self.auth else None,
         )
         return await self._classify(response)
