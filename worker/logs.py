@@ -19,7 +19,14 @@ from typing import Any, Literal, TextIO
 
 import structlog
 
-__all__ = ["LogFormat", "configure_logging", "is_configured", "redact", "resolve_format"]
+__all__ = [
+    "LogFormat",
+    "configure_logging",
+    "is_configured",
+    "mask_passwords",
+    "redact",
+    "resolve_format",
+]
 
 LogFormat = Literal["auto", "json", "console"]
 
@@ -53,7 +60,8 @@ def resolve_format(fmt: LogFormat, stream: TextIO | None = None) -> Literal["jso
         return "json"
 
 
-def _mask(value: str) -> str:
+def mask_passwords(value: str) -> str:
+    """``scheme://user:secret@host`` anywhere in ``value`` becomes ``scheme://user:***@host``."""
     return _URL_PASSWORD.sub(r"\1***@", value)
 
 
@@ -67,10 +75,10 @@ def redact(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> 
             continue
         value = event_dict[name]
         if isinstance(value, str) and "@" in value:
-            event_dict[name] = _mask(value)
+            event_dict[name] = mask_passwords(value)
     event = event_dict.get("event")
     if isinstance(event, str) and "@" in event:
-        event_dict["event"] = _mask(event)
+        event_dict["event"] = mask_passwords(event)
     return event_dict
 
 
