@@ -35,9 +35,7 @@ def batch_list(request: Request, login: Login) -> Response:
 def batch_detail(request: Request, login: Login) -> Response:
     batch = request.query_params.get("batch", "")
     if not batch:
-        return render(
-            request, "error.html", status=404, title="No batch", message="Name a batch."
-        )
+        return render(request, "error.html", status=404, title="No batch", message="Name a batch.")
     state = state_of(request)
     try:
         report = batch_report(state.ledger, batch, datetime.now(UTC))

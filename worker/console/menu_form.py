@@ -1,9 +1,12 @@
 """The answer form of a menu escalation, built from the options encoding it carries.
 
 One radio per option (``call``); a schema option's payload fields become inputs (text,
-number, a select for an enum or a bool, a JSON box for lists, objects, maps and ``any``);
-a handler option's payload schema lives with the worker's handler, so its arguments are
-one JSON box. A raw pick (``{"call": ..., "args": {...}}``) can always be typed instead.
+number, a select for an enum or a bool, a JSON box for lists, objects, maps and ``any``),
+and so do a handler option's parameters where the escalation carries them
+(``handler_params``: the handler's signature as the worker saw it); a handler option
+without them takes its arguments as one JSON box. A raw pick (``{"call": ..., "args":
+{...}}``) can always be typed instead; an optional parameter left empty is left out, so
+its default applies.
 What the form builds is only read into a pick here; the menu engine checks it (the
 ``menu_checker`` of ``EscalationQueue.resolve``), exactly as for the command line.
 """
@@ -18,7 +21,7 @@ from typing import Any, Final
 
 from shared.errors import FieldProblem
 from shared.menus import MenuSpecInvalid
-from shared.menus.schema_json import schema_from_json
+from shared.menus.schema_json import schema_from_json, type_from_json
 from shared.menus.spec import TypeSpec
 from shared.replies import EscalationMessage
 
@@ -48,6 +51,9 @@ class MenuInput:
     description: str | None
     #: For a select: (form value, label); form values are the JSON of the enum values.
     options: tuple[tuple[str, str], ...] = ()
+    required: bool = True
+    #: A handler parameter's default, as JSON text (shown; an empty input leaves it to apply).
+    default_json: str | None = None
 
 
 @dataclass(frozen=True)
@@ -66,9 +72,10 @@ def menu_choices(message: EscalationMessage) -> list[MenuChoice] | None:
     options = message.context.get("options")
     if not isinstance(options, list) or not options:
         return None
+    params = message.context.get("handler_params")
     choices = []
     for i, option in enumerate(options):
-        choice = _choice(i, option)
+        choice = _choice(i, option, params if isinstance(params, Mapping) else {})
         if choice is None:
             return None
         choices.append(choice)
@@ -103,7 +110,10 @@ def menu_answer(
         return {"call": call}, []
     args: dict[str, Any] = {}
     for item in chosen.inputs:
-        value, problem = _read(item, form.get(item.name, ""))
+        raw = form.get(item.name, "")
+        if raw == "" and not item.required:
+            continue
+        value, problem = _read(item, raw)
         if problem:
             problems.append(FieldProblem(item.name, problem))
         else:
@@ -111,7 +121,7 @@ def menu_answer(
     return ({"call": call, "args": args} if not problems else None), problems
 
 
-def _choice(index: int, option: Any) -> MenuChoice | None:
+def _choice(index: int, option: Any, params: Mapping[str, Any]) -> MenuChoice | None:
     if not isinstance(option, Mapping):
         return None
     name, kind = option.get("name"), option.get("kind")
@@ -123,7 +133,10 @@ def _choice(index: int, option: Any) -> MenuChoice | None:
         value = json.dumps(option.get("value"), ensure_ascii=False)
         return MenuChoice(name, kind, description, value_json=value)
     if kind == "handler":
-        return MenuChoice(name, kind, description, args_name=f"m{index}.args")
+        inputs = _handler_inputs(index, params.get(name))
+        if inputs is None:
+            return MenuChoice(name, kind, description, args_name=f"m{index}.args")
+        return MenuChoice(name, kind, description, inputs=inputs)
     try:
         schema = schema_from_json(option.get("schema"))
     except MenuSpecInvalid:
@@ -132,6 +145,39 @@ def _choice(index: int, option: Any) -> MenuChoice | None:
         _input(f"m{index}.f{j}", field.name, field.spec) for j, field in enumerate(schema.fields)
     )
     return MenuChoice(name, kind, description, inputs=inputs)
+
+
+def _handler_inputs(index: int, described: Any) -> tuple[MenuInput, ...] | None:
+    """Inputs for a handler's parameters, or None when they are not (well) described."""
+    if not isinstance(described, Mapping) or described.get("accepts_extra"):
+        return None
+    params = described.get("params")
+    if not isinstance(params, list):
+        return None
+    inputs = []
+    for j, param in enumerate(params):
+        if not isinstance(param, Mapping) or not isinstance(param.get("name"), str):
+            return None
+        try:
+            spec = type_from_json(param.get("type"))
+        except MenuSpecInvalid:
+            return None
+        item = _input(f"m{index}.f{j}", param["name"], spec)
+        default = json.dumps(param["default"]) if "default" in param else None
+        inputs.append(
+            MenuInput(
+                name=item.name,
+                field=item.field,
+                kind=item.kind,
+                widget=item.widget,
+                nullable=item.nullable,
+                description=item.description,
+                options=item.options,
+                required=bool(param.get("required", True)),
+                default_json=default,
+            )
+        )
+    return tuple(inputs)
 
 
 def _input(name: str, field: str, spec: TypeSpec) -> MenuInput:
@@ -169,7 +215,7 @@ def _read(item: MenuInput, raw: str) -> tuple[Any, str | None]:
             return None, "not JSON"
     if item.kind == "int" and _INT.match(raw.strip()):
         return int(raw), None
-    if item.kind == "float":
+    if item.kind in ("int", "float"):
         try:
             return float(raw), None
         except ValueError:

@@ -1,0 +1,148 @@
+"""The answer forms: built from the questions and menus, read back into what resolve checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.errors import FieldProblem, ResolutionInvalid
+from shared.resolutions import check_resolution
+from tests.console.support import MENU_OPTIONS, menu_escalation, refused_escalation
+from worker.console.decide_form import decide_answer, decide_fields
+from worker.console.menu_form import RAW_FIELD, menu_answer, menu_choices
+
+
+def test_fields_follow_the_question_types_and_ask_resolve_what_is_required() -> None:
+    fields = decide_fields(refused_escalation("j1"))
+    assert [(f.name, f.question_id, f.type) for f in fields] == [
+        ("q0", "urgent", "noul"),
+        ("q1", "team", "choice"),
+        ("q2", "mood", "score"),
+    ]
+    # Only the refused question must be answered; the machine's usable answers may stand.
+    assert [f.required for f in fields] == [False, True, False]
+    assert [c.value for c in fields[0].choices] == ["true", "false"]
+    assert [(c.value, c.description) for c in fields[1].choices] == [
+        ("billing", "Payments"),
+        ("sales", None),
+    ]
+    assert [c.label for c in fields[2].choices] == ["0: calm", "1: cross", "2: livid"]
+    assert fields[1].machine is not None and fields[1].machine.refused
+
+
+def test_an_interrupted_call_needs_every_question() -> None:
+    fields = decide_fields(refused_escalation("j1", reason="decision_interrupted"))
+    assert all(f.required for f in fields)
+
+
+def test_the_form_reads_back_into_typed_values_and_leaves_kept_ones_out() -> None:
+    message = refused_escalation("j1")
+    fields = decide_fields(message)
+    answer = decide_answer(fields, {"q0": "false", "q1": "sales", "q2": "2"})
+    assert answer == {"urgent": False, "team": "sales", "mood": 2}
+    assert decide_answer(fields, {"q0": "", "q1": "billing"}) == {"team": "billing"}
+    assert check_resolution(message, decide_answer(fields, {"q1": "billing"})) == {
+        "urgent": True,
+        "team": "billing",
+        "mood": 1.2,
+    }
+
+
+def test_a_tampered_value_goes_through_to_resolve_which_refuses_it() -> None:
+    message = refused_escalation("j1")
+    fields = decide_fields(message)
+    answer = decide_answer(fields, {"q0": "maybe", "q1": "marketing", "q2": "9"})
+    assert answer == {"urgent": "maybe", "team": "marketing", "mood": 9}
+    with pytest.raises(ResolutionInvalid) as refused:
+        check_resolution(message, answer)
+    assert sorted(p.field for p in refused.value.problems) == [
+        "answer.mood",
+        "answer.team",
+        "answer.urgent",
+    ]
+
+
+def test_menu_options_become_a_radio_each_and_payload_inputs() -> None:
+    choices = menu_choices(menu_escalation("m1"))
+    assert choices is not None
+    assert [(c.name, c.kind) for c in choices] == [("done", "value"), ("plan", "schema")]
+    assert choices[0].value_json == '"CONVERSATION_OVER"'
+    plan = choices[1]
+    assert [(i.field, i.widget) for i in plan.inputs] == [
+        ("title", "text"),
+        ("priority", "select"),
+        ("steps", "number"),
+    ]
+    assert plan.inputs[1].options == (('"low"', "low"), ('"high"', "high"))
+
+
+def test_the_menu_form_reads_back_into_a_pick() -> None:
+    choices = menu_choices(menu_escalation("m1"))
+    form = {"call": "plan", "m1.f0": "Ship it", "m1.f1": '"high"', "m1.f2": "3"}
+    assert menu_answer(choices, form) == (
+        {"call": "plan", "args": {"title": "Ship it", "priority": "high", "steps": 3}},
+        [],
+    )
+    assert menu_answer(choices, {"call": "done", "m1.f0": "ignored"}) == ({"call": "done"}, [])
+    # A number that is not an int is passed on for the menu engine to refuse, not coerced.
+    pick, problems = menu_answer(choices, {**form, "m1.f2": "2.5"})
+    assert pick["args"]["steps"] == 2.5 and problems == []
+    # An option the menu does not have is passed on too: the engine names the problem.
+    assert menu_answer(choices, {"call": "explode"}) == ({"call": "explode"}, [])
+    assert menu_answer(choices, {}) == (None, [FieldProblem("call", "pick an option")])
+
+
+def test_a_raw_pick_overrides_the_fields_and_must_be_json() -> None:
+    choices = menu_choices(menu_escalation("m1"))
+    assert menu_answer(choices, {"call": "done", RAW_FIELD: '{"call": "plan"}'}) == (
+        {"call": "plan"},
+        [],
+    )
+    not_json = FieldProblem(RAW_FIELD, "not JSON")
+    assert menu_answer(choices, {RAW_FIELD: "{nope"}) == (None, [not_json])
+
+
+def test_handler_options_use_the_parameters_the_escalation_carries() -> None:
+    message = menu_escalation("m1")
+    message.context["options"] = [
+        *MENU_OPTIONS,
+        {"kind": "handler", "name": "refund", "handler": "issue_refund"},
+        {"kind": "handler", "name": "custom", "handler": "anything"},
+    ]
+    message.context["handler_params"] = {
+        "refund": {
+            "handler": "issue_refund",
+            "accepts_extra": False,
+            "params": [
+                {"name": "amount", "required": True, "type": {"type": "float"}},
+                {"name": "note", "required": False, "type": {"type": "str"}, "default": ""},
+            ],
+        }
+    }
+    choices = menu_choices(message)
+    assert choices is not None
+    refund, custom = choices[2], choices[3]
+    assert [(i.field, i.widget, i.required) for i in refund.inputs] == [
+        ("amount", "number", True),
+        ("note", "text", False),
+    ]
+    assert refund.inputs[1].default_json == '""'
+    # The optional parameter left empty is left out, so the handler's default applies.
+    assert menu_answer(choices, {"call": "refund", "m2.f0": "12.5", "m2.f1": ""}) == (
+        {"call": "refund", "args": {"amount": 12.5}},
+        [],
+    )
+    # Without described parameters: one JSON box for the arguments.
+    assert custom.inputs == () and custom.args_name == "m3.args"
+    assert menu_answer(choices, {"call": "custom", "m3.args": '{"x": [1]}'}) == (
+        {"call": "custom", "args": {"x": [1]}},
+        [],
+    )
+
+
+def test_an_escalation_without_a_usable_encoding_falls_back_to_raw_json() -> None:
+    message = menu_escalation("m1")
+    message.context["options"] = [{"kind": "schema", "name": "bad", "schema": {"type": "list"}}]
+    assert menu_choices(message) is None
+    del message.context["options"]
+    assert menu_choices(message) is None
+    assert menu_answer(None, {RAW_FIELD: '{"call": "done"}'}) == ({"call": "done"}, [])
