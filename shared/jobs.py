@@ -51,6 +51,7 @@ __all__ = [
     "StreamName",
     "job_deadline",
     "job_fingerprint",
+    "job_kind",
     "menu_problems",
     "parse_job",
     "problems_from_validation",
@@ -280,6 +281,17 @@ def parse_job(raw: Any) -> DecideJob | MenuJob:
         raise JobInvalid(problems, job_id)
     assert isinstance(job, JOB_TYPES)
     return job
+
+
+def job_kind(raw: Any) -> str | None:
+    """The ``kind`` a raw job says it is, without validating it (``None``: nothing readable)."""
+    if isinstance(raw, bytes | str):
+        try:
+            raw = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            return None
+    kind = raw.get("kind", "decide") if isinstance(raw, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def job_deadline(

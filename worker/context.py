@@ -1,4 +1,5 @@
-"""The per-process resources a worker's tasks share: ledger, providers, reply sink, loop.
+"""The per-process resources a worker's tasks share: ledger, providers, chat runtimes and
+handlers for menus, reply sink, loop.
 
 Built lazily in the process that uses them (after a prefork fork, never before), or set up
 front by the embedded run, which brings its own memory sink.
@@ -9,17 +10,22 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import redis
+from celery import signals
 
 from shared.settings import Settings, get_settings
 from worker import metrics
+from worker.handlers import HandlerRegistry, load_handlers
 from worker.http_pool import sharded_client
 from worker.ledger import Ledger
 from worker.loop import ProcessLoop, process_loop
+from worker.menus import MenuRunner
 from worker.providers import ProviderRegistry
 from worker.providers.redis_limiter import RedisLimiter
 from worker.runner import Runner
+from worker.runtimes import RuntimeRegistry
 from worker.sinks import RedisPublisher, ReplySink
 
 __all__ = ["WorkerContext", "configure", "current"]
@@ -37,6 +43,8 @@ class WorkerContext:
     loop: ProcessLoop
     runner: Runner
     pid: int
+    runtimes: RuntimeRegistry | None = None
+    handlers: HandlerRegistry | None = None
 
 
 _lock = threading.Lock()
@@ -74,9 +82,10 @@ def _build() -> WorkerContext:
     # (worker.http_pool says why and what was measured).
     http = sharded_client(max_connections=MAX_CONNECTIONS, timeout=settings.provider_timeout_s)
     fleet_limits = RedisLimiter.from_settings(settings) if settings.provider_limits else None
-    providers = ProviderRegistry.from_settings(
-        settings, http=http, limiter=metrics.limiter_for(settings, fleet_limits)
-    )
+    limiter = metrics.limiter_for(settings, fleet_limits)
+    providers = ProviderRegistry.from_settings(settings, http=http, limiter=limiter)
+    runtimes = RuntimeRegistry.from_settings(settings, http=http, limiter=limiter)
+    handlers = load_handlers(settings.handlers)
     sink = _overrides.get("sink")
     if sink is None:
         sink = RedisPublisher(
@@ -89,4 +98,14 @@ def _build() -> WorkerContext:
         sink=sink,  # type: ignore[arg-type]
         observer=metrics.observer_for(settings),
     )
-    return WorkerContext(settings, ledger, providers, sink, loop, runner, os.getpid())  # type: ignore[arg-type]
+    runner.menus = MenuRunner(runner, handlers=handlers, runtimes=runtimes)
+    return WorkerContext(
+        settings, ledger, providers, sink, loop, runner, os.getpid(), runtimes, handlers  # type: ignore[arg-type]
+    )
+
+
+@signals.worker_init.connect
+def _load_handlers(sender: Any = None, **_: Any) -> None:
+    # At worker start, so that a module in DECISIONS_HANDLERS that does not import stops the
+    # worker at once instead of failing its menu jobs later (prefork children inherit them).
+    load_handlers(get_settings().handlers)

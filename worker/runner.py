@@ -16,12 +16,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
 from shared.errors import DecisionProviderError, FieldProblem, JobConflict, JobInvalid
-from shared.jobs import DecideJob, job_deadline, job_fingerprint, parse_job
+from shared.jobs import DecideJob, MenuJob, job_deadline, job_fingerprint, job_kind, parse_job
 from shared.rejection import rejection_for
 from shared.replies import Answer, EscalationMessage, Receipt, ResultMessage
 from shared.settings import Settings
@@ -32,6 +32,9 @@ from worker.providers import DecisionRequest, ProviderRegistry, was_cancelled
 from worker.providers.base import DecisionProvider, PreparedRequest
 from worker.sinks import ReplySink
 from worker.verdicts import escalation, failure_reason, ledger_status_for, verdict
+
+if TYPE_CHECKING:
+    from worker.menus import MenuRunner
 
 __all__ = ["DECIDE_STEP", "Runner", "RunnerStats"]
 
@@ -77,6 +80,8 @@ class Runner:
         self.sink = sink
         self.stats = RunnerStats()
         self.observer: Observer = observer or NullObserver()
+        #: Runs menu jobs (``worker.menus``); set by the worker context.
+        self.menus: MenuRunner | None = None
 
     async def _db(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
         # The ledger is synchronous SQLAlchemy; keep the loop free for requests in flight.
@@ -94,8 +99,12 @@ class Runner:
 
     async def run_one(self, raw: Any) -> str:
         """Run one job; returns the type of its terminal message."""
+        if self.menus is not None and job_kind(raw) == "menu":
+            return await self.menus.run_one(raw)
         try:
             job = parse_job(raw)
+            if not isinstance(job, DecideJob):
+                raise JobInvalid([FieldProblem("kind", "this worker runs no menu jobs")], job.id)
             provider, prepared = self._prepare(job)
         except JobInvalid as exc:
             return await self._reject(raw, exc.problems)
@@ -167,7 +176,7 @@ class Runner:
                 ) from None
             raise
 
-    async def _open(self, job: DecideJob) -> JobRow:
+    async def _open(self, job: DecideJob | MenuJob) -> JobRow:
         deadline = job_deadline(
             job,
             default_s=self.settings.default_timeout_s,

@@ -13,7 +13,9 @@ from shared.settings import get_settings
 from shared.streams import follow_stream, read_stream
 from worker.cli.console import console, err_console
 from worker.cli.jsonl import read_jobs
+from worker.menus.submit import job_checker
 from worker.providers import ProviderRegistry
+from worker.runtimes import RuntimeRegistry
 
 __all__ = ["register"]
 
@@ -35,8 +37,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Validate a batch and enqueue it to DECISIONS_BROKER_URL; invalid lines are rejected."""
         settings = get_settings()
-        registry = ProviderRegistry.from_settings(settings)
-        client = Client(settings, checker=lambda job: registry.check(job.provider, job.model))
+        checker = job_checker(
+            ProviderRegistry.from_settings(settings), RuntimeRegistry.from_settings(settings)
+        )
+        client = Client(settings, checker=checker)
         jobs = read_jobs(file)
         report = client.submit_batch(jobs, reply_to=reply_to, chunk_size=chunk_size)
         console.print(

@@ -1,0 +1,1 @@
+"""Menu examples: ticket routing with handler, value and schema options."""
