@@ -15,6 +15,7 @@ from worker.cli import (
     serve,
     settings,
     status,
+    trace,
     webconsole,
 )
 
@@ -38,6 +39,7 @@ status.register(app)
 settings.register(app)
 webconsole.register(app)
 record.register(app)
+trace.register(app)
 
 
 def main() -> None:

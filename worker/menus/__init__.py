@@ -8,6 +8,7 @@ worker's handler registry and runtimes (or rejects it, naming each field);
 
 from worker.menus.messages import handler_params, menu_context, menu_escalation, menu_result
 from worker.menus.plan import MenuPlan, prepare_menu
+from worker.menus.resolution import check_menu_answer, menu_of_escalation
 from worker.menus.runner import HANDLER_PROVIDER, HANDLER_STEP, Boundary, MenuRunner
 from worker.menus.stored import reply_from_outcome, reply_outcome
 
@@ -17,9 +18,11 @@ __all__ = [
     "Boundary",
     "MenuPlan",
     "MenuRunner",
+    "check_menu_answer",
     "handler_params",
     "menu_context",
     "menu_escalation",
+    "menu_of_escalation",
     "menu_result",
     "prepare_menu",
     "reply_from_outcome",
