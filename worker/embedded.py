@@ -169,6 +169,8 @@ def _summarise(sink: MemorySink, out_dir: Path) -> RunSummary:
             if reply.type == "escalation":
                 summary.escalation_reasons[reply.reason] += 1
             for receipt in reply.receipts:
+                if receipt.provider == "handler":
+                    continue  # a menu's handler or tool run: no paid request, no cost
                 if receipt.cost_usd is None:
                     summary.cost_unknown_calls += receipt.status in ("answered", "unknown")
                 else:
