@@ -176,13 +176,18 @@ def _attach(
     """The form field a problem belongs next to, or None for the form's top."""
     if field in keys:
         return field
-    last = re.sub(r"\[\d+\]", "", field).split(".")[-1]
+    if field == "answer.call":
+        return "call"
+    # The menu engine names a payload field answer.args.<field>[...]: the input of <field>.
+    top = re.split(r"[.\[]", field.removeprefix("answer.args."), maxsplit=1)[0]
     for choice in menu or []:
-        if choice.name != chosen:
+        if choice.name != chosen or not field.startswith("answer.args."):
             continue
         for item in choice.inputs:
-            if item.field == last:
+            if item.field == top:
                 return item.name
+        if choice.args_name:
+            return choice.args_name
     return None
 
 

@@ -99,6 +99,15 @@ class BatchReport:
     timeline: list[TimelinePoint]
     now: datetime
 
+    def reasons_of(self, terminal_type: str) -> list[tuple[str, int]]:
+        """``[(reason, jobs)]`` of one outcome (``escalation``: low_confidence, ...)."""
+        prefix = f"{terminal_type}:"
+        return sorted(
+            (key.removeprefix(prefix), count)
+            for key, count in self.status.jobs_by_reason.items()
+            if key.startswith(prefix)
+        )
+
     @property
     def cost_known_usd(self) -> float:
         return sum(c.cost_usd for c in self.costs if c.cost_usd is not None)
