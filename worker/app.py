@@ -9,6 +9,7 @@ longest deadline, and a soft time limit below the hard one, both above the deadl
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import structlog
@@ -82,7 +83,13 @@ app = create_app()
 
 @signals.worker_init.connect
 def _refuse_bad_visibility(sender: Any = None, **_: Any) -> None:
-    check_visibility_timeout(get_settings())
+    try:
+        check_visibility_timeout(get_settings())
+    except ConfigurationError as exc:
+        # Celery logs and swallows an Exception from a signal handler (the worker would start
+        # anyway); SystemExit is not one, so `celery -A worker.app worker` refuses too.
+        sys.stderr.write(f"refusing to start: {exc}\n")
+        raise SystemExit(2) from None
 
 
 @signals.worker_ready.connect
