@@ -11,6 +11,7 @@ from its stored outcome, sending nothing) is finished too before the test looks.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable
@@ -116,11 +117,16 @@ class DecisionsWorker:
                 stopped.set()
 
         signals.worker_shutdown.connect(on_shutdown, weak=False)
+        # Celery warns of a remote shutdown; this one is ours and routine.
+        control_log = logging.getLogger("celery.worker.control")
+        level = control_log.level
+        control_log.setLevel(logging.ERROR)
         try:
             self.app.control.broadcast("shutdown")
             stopped.wait(SHUTDOWN_WAIT_S)
         finally:
             signals.worker_shutdown.disconnect(on_shutdown)
+            control_log.setLevel(level)
 
     def _task_done(self, sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is not self.app:

@@ -139,12 +139,13 @@ def _replay_dir(request: pytest.FixtureRequest) -> Path | None:
 
 
 @pytest.fixture
-def faux_server(request: pytest.FixtureRequest) -> Iterator[FauxHandle]:
-    """A faux decision API on a free loopback port, for this test alone."""
+def faux_server(request: pytest.FixtureRequest, decisions_live: bool) -> Iterator[FauxHandle]:
+    """A faux decision API on a free loopback port, for this test alone (it replays unless
+    the test runs live: a live run is what makes recordings)."""
     from worker.faux import FauxProvider, FauxServer
     from worker.testing.faux import FauxHandle
 
-    replay = _replay_dir(request)
+    replay = None if decisions_live else _replay_dir(request)
     if replay is not None and not replay.is_dir():
         pytest.fail(f"replay directory {replay} does not exist", pytrace=False)
     with FauxServer(FauxProvider(replay=replay)) as server:
