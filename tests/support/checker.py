@@ -235,7 +235,8 @@ def check(
     escalated: Counter[str] = Counter()
     for view in views:
         problems.extend(_problems(view, deduplicated[(view.job_id, view.stream)]))
-        figures.requests += sum(view.requests.values())
+        if view.job_id not in figures.requests_by_job:  # a job on two streams sent once
+            figures.requests += sum(view.requests.values())
         figures.requests_by_job[view.job_id] = sum(view.requests.values())
         figures.call_states[view.job_id] = [c.status for c in view.calls.values()]
         figures.unknown_calls += sum(1 for c in view.calls.values() if c.status == "unknown")

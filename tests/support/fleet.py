@@ -15,7 +15,7 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +40,7 @@ __all__ = [
     "fleet",
     "profile",
     "unique",
+    "wait_until",
 ]
 
 QUESTIONS: dict[str, Any] = {
@@ -55,6 +56,15 @@ QUESTIONS: dict[str, Any] = {
         "criteria": ["calm", "annoyed", "angry"],
     },
 }
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll ``predicate`` (a log line, a count) until it holds; TimeoutError naming ``what``."""
+    until = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > until:
+            raise TimeoutError(f"{what}: not after {timeout_s} s")
+        time.sleep(0.05)
 
 
 def unique(prefix: str) -> str:
