@@ -1,4 +1,4 @@
-"""The README's "Testing your integration" example, verbatim (test_readme.py keeps them equal)."""
+"""tests/test_tickets.py: jobs in, results and an escalation out, requests counted."""
 
 from worker.testing import DecisionsWorker, FauxBehaviourControl, ReplyStream, RequestCounts
 
