@@ -1,4 +1,8 @@
-"""Fixtures for the faux provider's tests: a sample request, in-process and real clients."""
+"""Fixtures for the faux provider's tests: a sample request, in-process and real clients.
+
+The real server is the pytest plugin's ``faux_server`` (``worker.testing.plugin``), so that
+every run of these tests exercises the fixture users' tests get.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import pytest
 
 from shared.canonical import canonical_bytes
 from worker.faux import FauxProvider, FauxServer
+from worker.testing import FauxHandle
 
 AUTH = {"Authorization": "Bearer test-key"}
 
@@ -97,9 +102,8 @@ def client(provider: FauxProvider) -> Iterator[httpx.Client]:
 
 
 @pytest.fixture
-def server() -> Iterator[FauxServer]:
-    with FauxServer() as running:
-        yield running
+def server(faux_server: FauxHandle) -> FauxServer:
+    return faux_server.server
 
 
 @pytest.fixture(params=["in_process", "server"])
@@ -110,5 +114,6 @@ def either(request: pytest.FixtureRequest) -> Iterator[tuple[FauxProvider, httpx
         with httpx.Client(transport=provider.transport(), base_url="http://faux.test") as c:
             yield provider, c
     else:
-        with FauxServer() as running, httpx.Client(base_url=running.url, timeout=10) as c:
+        running: FauxHandle = request.getfixturevalue("faux_server")
+        with httpx.Client(base_url=running.url, timeout=10) as c:
             yield running.provider, c
