@@ -58,5 +58,5 @@ def rate_pause(provider: str) -> str:
 
 
 def rate_window(provider: str) -> str:
-    """Requests-per-second window of a provider (a sorted set of send times)."""
+    """A provider's rate: the theoretical time of its next send (GCRA, ms, Redis time)."""
     return f"{PREFIX}:limits:{provider}:window"
