@@ -101,7 +101,7 @@ class Harness:
     @classmethod
     def create(cls, tmp_path: Path, **settings: Any) -> Harness:
         config = Settings(
-            _env_file=None,  # type: ignore[call-arg]
+            _env_file=None,
             ledger_url=f"sqlite:///{tmp_path / 'ledger.db'}",
             faux_url=None,
             **settings,

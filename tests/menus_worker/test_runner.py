@@ -217,7 +217,7 @@ async def test_kwargs_handlers_receive_the_model_s_extra_fields(harness: Harness
 async def test_a_runtime_failure_escalates_like_the_decide_path(harness: Harness) -> None:
     def fail(job_id: str, mode: str, **extra: Any) -> None:
         overrides = dict(harness.faux.behaviour.overrides)
-        overrides[f"{job_id}/pick.0"] = FauxBehaviour(mode=mode, **extra)  # type: ignore[arg-type]
+        overrides[f"{job_id}/pick.0"] = FauxBehaviour(mode=mode, **extra)
         harness.faux.update_behaviour(overrides=overrides)
 
     fail("e1", "status", status_code=503)
