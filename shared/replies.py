@@ -3,6 +3,8 @@
 ``result`` (answers or a resolved menu value), ``escalation`` (a person must decide),
 ``rejected`` (the job was invalid; nothing was sent), and later a reviewer's ``resolution``.
 Every message carries the job id, batch, metadata and the receipts of every call made.
+A sift job's messages carry its ``items`` (one ``SiftItem`` each), a route's result its
+``route_reason``, a verified decide job's its ``verifications``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ __all__ = [
     "Reply",
     "ResolutionMessage",
     "ResultMessage",
+    "RouteReason",
+    "SiftItem",
+    "SiftItemStatus",
+    "Verification",
     "parse_reply",
 ]
 
@@ -104,6 +110,49 @@ class Answer(BaseModel):
     refused: bool = False
 
 
+SiftItemStatus = Literal["decided", "refused", "interrupted", "failed", "not_sent"]
+#: Why a route job took its route: the model chose it, or the ``unsure`` route stood in for a
+#: refusal, an outcome never known, or a confidence below the floor.
+RouteReason = Literal["chosen", "refused", "interrupted", "low_confidence"]
+
+
+class SiftItem(BaseModel):
+    """One item of a sift job: its decision (keep when p(yes) >= 0.5) and its cost share.
+
+    Only a ``decided`` item has ``keep``: a refused, interrupted or unsent one never decodes
+    to a value.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int = Field(..., description="the item's position in the job's items")
+    status: SiftItemStatus
+    keep: bool | None = None
+    probability: float | None = Field(None, description="probability of yes")
+    confidence: float | None = None
+    confidence_source: ConfidenceSource | None = None
+    step: str | None = Field(None, description="the request it was asked in (sift.0, ...)")
+    cost_share_usd: float | None = Field(
+        None, description="its request's cost over the request's items; null is unknown"
+    )
+    cost_basis: CostBasis | None = None
+
+
+class Verification(BaseModel):
+    """One verifying decision of a decide job, and whether it agrees with the decision."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: str
+    provider: str
+    model: str | None = None
+    status: CallStatus
+    answers: dict[str, Answer] | None = None
+    #: None when there was nothing to compare (refused, failed, interrupted, not sent).
+    agrees: bool | None = None
+    disagreements: list[str] = Field(default_factory=list, description="question ids")
+
+
 class _Message(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -122,6 +171,9 @@ class ResultMessage(_Message):
     kind: str = "decide"
     answers: dict[str, Answer] | None = None
     value: Any = None
+    items: list[SiftItem] | None = None
+    route_reason: RouteReason | None = None
+    verifications: list[Verification] | None = None
 
 
 class EscalationMessage(_Message):
@@ -134,6 +186,8 @@ class EscalationMessage(_Message):
     #: What the machine did answer, attached for the reviewer (refused ones marked so).
     answers: dict[str, Answer] | None = None
     reply_to: str | None = None
+    items: list[SiftItem] | None = None
+    verifications: list[Verification] | None = None
 
 
 class RejectedMessage(_Message):
