@@ -78,3 +78,17 @@ def extra(note: str, **fields: Any) -> dict[str, Any]:
     """Take a note and whatever else the model sends."""
     _ran("t_extra", note=note, **fields)
     return {"note": note, **fields}
+
+
+@handler
+def t_sentiment(message: str, strict: bool = False) -> dict[str, Any]:
+    """Analyse the sentiment of a message."""
+    _ran("t_sentiment", message=message, strict=strict)
+    return {"sentiment": "negative" if "!" in message else "neutral", "strict": strict}
+
+
+@handler()
+def t_fallback() -> str:
+    """Send the fallback reply."""
+    _ran("t_fallback")
+    return "FALLBACK_SENT"
