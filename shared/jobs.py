@@ -1,10 +1,12 @@
 """Decision jobs: the wire contract producers put on the queue (JSON only).
 
-Two kinds, one envelope (``JobBase``): ``decide`` (questions about a state, for a decision
-provider) and ``menu`` (a prompt and a menu of options, for an LLM runtime; the options in
-the JSON encoding of ``shared.menus.menu_json``, checked here in full except for whether a
-handler is registered, which only the worker can know). ``Job`` is the union, discriminated
-on ``kind``.
+Four kinds, one envelope (``JobBase``): ``decide`` (questions about a state, for a decision
+provider, optionally ``verify``-ed by more decisions) and ``menu`` (a prompt and a menu of
+options, for an LLM runtime; the options in the JSON encoding of ``shared.menus.menu_json``,
+checked here in full except for whether a handler is registered, which only the worker can
+know), and the batch judgments of ``shared.judgments``: ``sift`` (one yes/no question over a
+list of items) and ``route`` (a choice over named routes with an ``unsure`` branch). ``Job``
+is the union, discriminated on ``kind``.
 
 ``parse_job`` is the one entry point: it turns a JSON object (or raw bytes) into a job or
 raises ``JobInvalid`` naming every bad field (``options[2].schema.fields[0].type``), so that
@@ -32,6 +34,7 @@ from pydantic import (
 
 from shared.canonical import digest_of
 from shared.errors import FieldProblem, JobInvalid
+from shared.judgments.specs import RouteFields, SiftFields, VerifySpec
 from shared.menus.errors import MenuSpecInvalid
 from shared.menus.menu_json import menu_from_json, menu_to_json
 from shared.menus.session import DEFAULT_MAX_STEPS
@@ -48,6 +51,8 @@ __all__ = [
     "MenuJob",
     "MenuRuntime",
     "MenuWork",
+    "RouteJob",
+    "SiftJob",
     "StreamName",
     "job_deadline",
     "job_fingerprint",
@@ -98,6 +103,7 @@ class DecideJob(JobBase):
     questions: dict[str, Question] = Field(..., min_length=1)
     provider: str | None = Field(None, min_length=1, description="default from settings")
     model: str | None = Field(None, min_length=1, description="default from the provider")
+    verify: VerifySpec | None = Field(None, description="independent decisions that must agree")
 
     @field_validator("state")
     @classmethod
@@ -178,13 +184,30 @@ class MenuJob(JobBase):
         return job
 
 
-Job = Annotated[DecideJob | MenuJob, Field(discriminator="kind")]
+class SiftJob(JobBase, SiftFields):
+    """One yes/no question over a list of items (``shared.judgments``); keep p >= 0.5."""
+
+    kind: Literal["sift"] = "sift"
+
+
+class RouteJob(JobBase, RouteFields):
+    """A choice over named routes, with an ``unsure`` branch (``shared.judgments``)."""
+
+    kind: Literal["route"] = "route"
+
+
+AnyJob = DecideJob | MenuJob | SiftJob | RouteJob
+Job = Annotated[AnyJob, Field(discriminator="kind")]
 #: The job classes, for ``isinstance`` (``Job`` itself is an annotated union).
-JOB_TYPES: tuple[type[DecideJob], type[MenuJob]] = (DecideJob, MenuJob)
-JOB_KINDS = ("decide", "menu")
+JOB_TYPES: tuple[type[DecideJob], type[MenuJob], type[SiftJob], type[RouteJob]] = (
+    DecideJob, MenuJob, SiftJob, RouteJob,
+)
+JOB_KINDS = ("decide", "menu", "sift", "route")
 _ADAPTERS: dict[str, TypeAdapter[Any]] = {
     "decide": TypeAdapter(DecideJob),
     "menu": TypeAdapter(MenuJob),
+    "sift": TypeAdapter(SiftJob),
+    "route": TypeAdapter(RouteJob),
 }
 
 
@@ -248,7 +271,7 @@ def _is_union_tag(part: object) -> bool:
     )
 
 
-def parse_job(raw: Any) -> DecideJob | MenuJob:
+def parse_job(raw: Any) -> AnyJob:
     """Validate a job from a dict, a JSON string or bytes; ``JobInvalid`` names every bad field."""
     if isinstance(raw, bytes | str):
         try:
@@ -295,7 +318,7 @@ def job_kind(raw: Any) -> str | None:
 
 
 def job_deadline(
-    job: DecideJob | MenuJob, *, default_s: float, ceiling_s: float, now: datetime | None = None
+    job: AnyJob, *, default_s: float, ceiling_s: float, now: datetime | None = None
 ) -> datetime:
     """The job's absolute deadline: its own, or submission (or now) plus its timeout or the default.
 
@@ -310,7 +333,7 @@ def job_deadline(
     return min(deadline, start + timedelta(seconds=ceiling_s))
 
 
-def job_fingerprint(job: DecideJob | MenuJob) -> str:
+def job_fingerprint(job: AnyJob) -> str:
     """What makes two submissions the same logical job.
 
     Transport fields are left out: the same job resubmitted later, or to another reply stream,
