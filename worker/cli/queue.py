@@ -13,6 +13,7 @@ from shared.settings import get_settings
 from shared.streams import follow_stream, read_stream
 from worker.cli.console import console, err_console
 from worker.cli.jsonl import read_jobs
+from worker.judgments import judgment_checker
 from worker.menus.submit import job_checker
 from worker.providers import ProviderRegistry
 from worker.runtimes import RuntimeRegistry
@@ -37,8 +38,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Validate a batch and enqueue it to DECISIONS_BROKER_URL; invalid lines are rejected."""
         settings = get_settings()
-        checker = job_checker(
-            ProviderRegistry.from_settings(settings), RuntimeRegistry.from_settings(settings)
+        providers = ProviderRegistry.from_settings(settings)
+        checker = judgment_checker(
+            providers, job_checker(providers, RuntimeRegistry.from_settings(settings))
         )
         client = Client(settings, checker=checker)
         jobs = read_jobs(file)
