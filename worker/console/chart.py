@@ -15,9 +15,9 @@ from worker.console.figures import TimelinePoint
 
 __all__ = ["Chart", "Series", "progress_chart"]
 
-WIDTH: Final = 640
-HEIGHT: Final = 240
-_PAD_LEFT, _PAD_RIGHT, _PAD_TOP, _PAD_BOTTOM = 44, 120, 12, 28
+WIDTH: Final = 1000
+HEIGHT: Final = 260
+_PAD_LEFT, _PAD_RIGHT, _PAD_TOP, _PAD_BOTTOM = 48, 130, 14, 30
 
 #: (series key, legend label, css class), drawn in this order.
 _SERIES: Final = (
@@ -76,7 +76,7 @@ def progress_chart(points: list[TimelinePoint]) -> Chart:
         coords = " ".join(f"{x(p.at):.1f},{y(c):.1f}" for p, c in zip(points, counts, strict=True))
         series.append(Series(label, css, coords, counts[-1], y(counts[-1])))
     marks = (points[0], points[len(points) // 2], points[-1])
-    x_ticks = tuple((x(p.at), _clock(p.at)) for p in marks)
+    x_ticks = tuple((x(p.at), _tick(p.at, start, span)) for p in marks)
     y_ticks = tuple((y(v), str(v)) for v in sorted({0, top_count // 2, top_count}))
     return Chart(WIDTH, HEIGHT, tuple(_spread(series)), x_ticks, y_ticks, plot)
 
@@ -89,7 +89,7 @@ def _count(point: TimelinePoint, key: str) -> int:
     return point.by_type.get(key, 0)
 
 
-def _spread(series: list[Series], gap: float = 12.0) -> list[Series]:
+def _spread(series: list[Series], gap: float = 15.0) -> list[Series]:
     """Move legend labels apart where lines end close together."""
     placed: list[Series] = []
     for item in sorted(series, key=lambda s: s.last_y):
@@ -100,5 +100,8 @@ def _spread(series: list[Series], gap: float = 12.0) -> list[Series]:
     return placed
 
 
-def _clock(at: datetime) -> str:
-    return at.strftime("%H:%M:%S")
+def _tick(at: datetime, start: datetime, span_s: float) -> str:
+    """Clock time (UTC) for a long run; seconds since the start for a short one."""
+    if span_s >= 120:
+        return at.strftime("%H:%M:%S")
+    return f"+{(at - start).total_seconds():.1f} s"

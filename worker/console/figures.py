@@ -99,6 +99,20 @@ class BatchReport:
     timeline: list[TimelinePoint]
     now: datetime
 
+    @property
+    def timeline_changes(self) -> list[TimelinePoint]:
+        """The timeline's points where a count moved (and the first and the last)."""
+        kept: list[TimelinePoint] = []
+        for i, point in enumerate(self.timeline):
+            last = i == len(self.timeline) - 1
+            moved = not kept or (point.submitted, point.by_type) != (
+                kept[-1].submitted,
+                kept[-1].by_type,
+            )
+            if moved or last:
+                kept.append(point)
+        return kept
+
     def reasons_of(self, terminal_type: str) -> list[tuple[str, int]]:
         """``[(reason, jobs)]`` of one outcome (``escalation``: low_confidence, ...)."""
         prefix = f"{terminal_type}:"

@@ -6,13 +6,17 @@ from datetime import datetime
 
 from jinja2 import Environment
 
-__all__ = ["age", "install_filters", "shown", "usd", "when"]
+from worker.console.state_view import pretty_json
+
+__all__ = ["age", "clock", "install_filters", "shown", "usd", "when"]
 
 
 def age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     seconds = max(0.0, float(seconds))
+    if seconds < 10:
+        return f"{seconds:.2f} s"
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 90 * 60:
@@ -41,7 +45,13 @@ def shown(value: object) -> str:
     return "-" if value is None else str(value)
 
 
+def clock(value: datetime | None) -> str:
+    return "-" if value is None else value.strftime("%H:%M:%S.%f")[:-3]
+
+
 def install_filters(env: Environment) -> None:
+    env.filters["clock"] = clock
+    env.filters["pretty"] = pretty_json
     env.filters["shown"] = shown
     env.filters["age"] = age
     env.filters["usd"] = usd
