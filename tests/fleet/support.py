@@ -1,5 +1,5 @@
 """Helpers of the fleet tests: a worker process of one's own, scraping its metrics port,
-steering the faux server. Redis database 14 is this suite's (flushed before and after)."""
+steering the faux server. Redis database 15 is this suite's (flushed before and after)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tests.support.processes import DECISIONS, wait_log
 
 __all__ = ["REDIS_DB", "Samples", "patch_faux", "scrape", "total", "value", "worker"]
 
-REDIS_DB = 14
+REDIS_DB = 15
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

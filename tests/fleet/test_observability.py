@@ -1,7 +1,7 @@
 """A worker watched as an operator watches one: its Prometheus port scraped, its JSON log read,
 ``celery inspect``, ``decisions status`` and Flower pointed at it.
 
-One real ``decisions worker`` (prefork, two pool processes) on Redis database 14, a
+One real ``decisions worker`` (prefork, two pool processes) on Redis database 15, a
 PostgreSQL schema of its own and a ``decisions faux serve`` process, for the whole module:
 figures are compared before and after each test, never as absolute counts.
 """
