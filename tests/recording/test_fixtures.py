@@ -102,3 +102,17 @@ def test_a_real_key_in_the_environment_is_never_sent_to_the_faux(
     assert worker.submit([job])["or"].type == "result"
     assert len(seen) == 1 and "authorization: bearer faux-placeholder" in seen[0].lower()
     assert canary not in seen[0]
+
+
+def test_a_line_without_an_id_comes_back_under_its_rejection_id(
+    decisions_worker: DecisionsWorker,
+) -> None:
+    replies = decisions_worker.submit([ticket("fine"), {"kind": "decide", "state": "no id"}])
+    [rejected_id] = [job_id for job_id in replies if job_id != "fine"]
+    assert rejected_id.startswith("invalid-") and replies[rejected_id].type == "rejected"
+    assert replies["fine"].type == "result"
+
+
+def test_one_worker_at_a_time(decisions_worker: DecisionsWorker) -> None:
+    with pytest.raises(RuntimeError, match="another DecisionsWorker is running"):
+        DecisionsWorker(decisions_worker.settings).__enter__()

@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 from celery import Celery, signals
 
@@ -67,7 +67,10 @@ def _job_id(raw: Any) -> str | None:
 
 
 class DecisionsWorker:
-    """A started in-process worker; use as a context manager (the fixture does)."""
+    """A started in-process worker; use as a context manager (the fixture does). One at a
+    time in a process: the worker context (``worker.context``) is the process's."""
+
+    _running: ClassVar[DecisionsWorker | None] = None
 
     def __init__(self, settings: Settings, *, reply_to: str = DEFAULT_REPLY_TO) -> None:
         self.settings = embedded_settings(settings)
@@ -81,6 +84,11 @@ class DecisionsWorker:
 
     # --- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> DecisionsWorker:
+        if DecisionsWorker._running is not None:
+            raise RuntimeError(
+                "another DecisionsWorker is running in this process (the worker context is "
+                "per process): stop it first"
+            )
         ledger = Ledger.from_settings(self.settings)
         ledger.migrate()
         ledger.dispose()
@@ -91,6 +99,7 @@ class DecisionsWorker:
         self.client = Client(self.settings, celery_app=self.app, publisher=self.sink)
         signals.task_postrun.connect(self._task_done, weak=False)
         self._worker = EmbeddedWorker(self.app).__enter__()
+        DecisionsWorker._running = self
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -101,6 +110,7 @@ class DecisionsWorker:
             self._shut_down_through_the_broker()
             worker.__exit__(*exc)
         finally:
+            DecisionsWorker._running = None
             signals.task_postrun.disconnect(self._task_done)
             # The next worker (the next test) builds its own providers, ledger and sink.
             context.configure()
@@ -146,7 +156,8 @@ class DecisionsWorker:
         """Submit ``jobs`` (dicts or ``Job`` models) and wait for each terminal message.
 
         Returns job id -> its ``result``, ``escalation`` or ``rejected`` message, in the order
-        the jobs were given. A job without ``reply_to`` gets ``reply_to`` (default
+        the jobs were given (a line without an id is under the ``invalid-...`` id its
+        rejection got). A job without ``reply_to`` gets ``reply_to`` (default
         ``decisions:test``). ``TimeoutError`` names the jobs still without a reply.
         """
         if self.client is None:
@@ -156,10 +167,16 @@ class DecisionsWorker:
             {**raw, "reply_to": stream} if isinstance(raw, dict) and "reply_to" not in raw else raw
             for raw in jobs
         ]
+        published_before = len(self.sink.snapshot())
         report = self.client.submit_batch(given)
+        # A line rejected at submit may have no usable id: its message names the one it got.
+        rejected_now = [
+            m.job_id for m in self.sink.snapshot()[published_before:] if m.type == "rejected"
+        ]
         with self.sink.changed:
             self._messages_sent += report.messages
-        wanted = list(dict.fromkeys([*filter(None, map(_job_id, given)), *report.all_ids]))
+        given_ids = [job_id for job_id in map(_job_id, given) if job_id is not None]
+        wanted = list(dict.fromkeys([*given_ids, *report.job_ids, *rejected_now]))
         give_up = time.monotonic() + timeout_s
         with self.sink.changed:
             while True:
