@@ -6,6 +6,7 @@ The job classes are ``shared.jobs.SiftJob``, ``shared.jobs.RouteJob`` and
 imports it.
 """
 
+from shared.judgments.kinds import JUDGMENT_KINDS, wants_verification
 from shared.judgments.packing import (
     BYTES_PER_TOKEN,
     PARALLEL_PACK_LIMITS,
@@ -41,6 +42,7 @@ __all__ = [
     "BYTES_PER_TOKEN",
     "DEFAULT_ROUTE_INSTRUCTIONS",
     "HIGH_STAKES_VERIFY_COUNT",
+    "JUDGMENT_KINDS",
     "MAX_SIFT_ITEMS",
     "MAX_VERIFY_COUNT",
     "PARALLEL_PACK_LIMITS",
@@ -62,4 +64,5 @@ __all__ = [
     "route_question",
     "sift_question",
     "sift_state",
+    "wants_verification",
 ]

@@ -9,8 +9,10 @@ from worker.judgments.plan import (
     plan_sift,
     plan_verified,
 )
+from worker.judgments.runner import JudgmentRunner
 
 __all__ = [
+    "JudgmentRunner",
     "PlannedCall",
     "VerifiedPlan",
     "judgment_checker",

@@ -1,0 +1,108 @@
+"""A route job's terminal message from its one call.
+
+The model's route stands when it answered with a confidence at or above the ``floor``
+(``route_reason: "chosen"``). A refusal (``refused``), a call whose outcome is unknown
+(``interrupted``: never sent again) or a confidence below the floor (``low_confidence``)
+takes the ``unsure`` route when the job names one, as a ``result`` with that reason; without
+one they escalate as any decision does (``decision_refused``, ``decision_interrupted``,
+``low_confidence``). A call that failed or was not sent escalates either way: that is no
+judgment about the state, only about the provider.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.jobs import RouteJob
+from shared.judgments import ROUTE_QUESTION_ID, route_question
+from shared.replies import (
+    Answer,
+    EscalationMessage,
+    EscalationReason,
+    Receipt,
+    ResultMessage,
+    RouteReason,
+)
+from worker.judgments.calls import StepResult
+
+__all__ = ["route_message"]
+
+Message = ResultMessage | EscalationMessage
+
+
+def route_message(job: RouteJob, result: StepResult) -> Message:
+    receipts = [result.receipt] if result.receipt is not None else []
+    answers: dict[str, Answer] | None = None
+    if result.status == "answered":
+        answer = (result.answers or {}).get(ROUTE_QUESTION_ID)
+        answers = {ROUTE_QUESTION_ID: answer} if answer is not None else {}
+        if answer is None or answer.refused:
+            return _unsure(job, "refused", "decision_refused", "the provider refused",
+                           receipts, answers)
+        confidence = answer.confidence
+        if job.floor is not None and (confidence is None or confidence < job.floor):
+            shown = "none" if confidence is None else f"{confidence:.2f}"
+            return _unsure(job, "low_confidence", "low_confidence",
+                           f"confidence {shown} is below the floor of {job.floor:g}",
+                           receipts, answers)
+        return _result(job, str(answer.value), "chosen", receipts, answers)
+    if result.status == "unknown":
+        return _unsure(job, "interrupted", "decision_interrupted", result.detail, receipts, None)
+    return _escalation(job, result.reason, result.detail, receipts, None)
+
+
+def _unsure(
+    job: RouteJob,
+    why: RouteReason,
+    reason: EscalationReason,
+    detail: str,
+    receipts: list[Receipt],
+    answers: dict[str, Answer] | None,
+) -> Message:
+    if job.unsure is not None:
+        return _result(job, job.unsure, why, receipts, answers)
+    return _escalation(job, reason, detail, receipts, answers)
+
+
+def _result(
+    job: RouteJob,
+    route: str,
+    why: RouteReason,
+    receipts: list[Receipt],
+    answers: dict[str, Answer] | None,
+) -> ResultMessage:
+    return ResultMessage(
+        job_id=job.id, batch=job.batch, metadata=job.metadata, receipts=receipts,
+        kind="route", value=route, route_reason=why, answers=answers,
+    )
+
+
+def _escalation(
+    job: RouteJob,
+    reason: EscalationReason,
+    detail: str,
+    receipts: list[Receipt],
+    answers: dict[str, Answer] | None,
+) -> EscalationMessage:
+    return EscalationMessage(
+        job_id=job.id, batch=job.batch, metadata=job.metadata, receipts=receipts,
+        kind="route", reason=reason, detail=detail, context=route_context(job),
+        answers=answers, reply_to=job.reply_to,
+    )
+
+
+def route_context(job: RouteJob) -> dict[str, Any]:
+    """What a reviewer answers: the route question (``route``) about the state."""
+    question = route_question(job.routes, job.instructions).model_dump(
+        mode="json", exclude_none=True
+    )
+    question["criteria"] = dict(job.routes)
+    if job.floor is not None:
+        question["escalate_below"] = job.floor
+    return {
+        "questions": {ROUTE_QUESTION_ID: question},
+        "state": job.state,
+        "provider": job.provider,
+        "model": job.model,
+        "unsure": job.unsure,
+    }
