@@ -6,6 +6,10 @@
 A delivery that finds the job finished re-publishes the stored message; one that finds the
 call claimed, answered, failed or unknown never sends: it replays, waits for the live
 duplicate's lease, or escalates ``decision_interrupted``.
+
+Sift, route and verified decide jobs go to ``worker.judgments`` (several calls a job), which
+sends each call with ``send_call`` and waits out another delivery's claim with
+``await_claim``, as the decide path does.
 """
 
 from __future__ import annotations
@@ -21,12 +25,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import structlog
 
 from shared.errors import DecisionProviderError, FieldProblem, JobConflict, JobInvalid
-from shared.jobs import DecideJob, MenuJob, job_deadline, job_fingerprint, job_kind, parse_job
+from shared.jobs import AnyJob, DecideJob, job_deadline, job_fingerprint, job_kind, parse_job
+from shared.judgments import JUDGMENT_KINDS, wants_verification
 from shared.rejection import rejection_for
-from shared.replies import Answer, EscalationMessage, Receipt, ResultMessage
+from shared.replies import Answer, EscalationMessage, EscalationReason, Receipt, ResultMessage
 from shared.settings import Settings
 from worker.faults import fault_point
-from worker.ledger import CallOutcome, CallRow, ClaimLost, JobRow, Ledger
+from worker.ledger import CallOutcome, CallRow, ClaimLost, JobRow, Ledger, OutcomeStatus
 from worker.observe import NullObserver, Observer
 from worker.providers import DecisionRequest, ProviderRegistry, was_cancelled
 from worker.providers.base import DecisionProvider, PreparedRequest
@@ -34,9 +39,10 @@ from worker.sinks import ReplySink
 from worker.verdicts import escalation, failure_reason, ledger_status_for, verdict
 
 if TYPE_CHECKING:
+    from worker.judgments import JudgmentRunner
     from worker.menus import MenuRunner
 
-__all__ = ["DECIDE_STEP", "Runner", "RunnerStats"]
+__all__ = ["DECIDE_STEP", "Runner", "RunnerStats", "SentCall", "stored_answers"]
 
 log = structlog.get_logger("decisions.runner")
 
@@ -64,6 +70,28 @@ class RunnerStats:
         self.cost_usd += receipt.cost_usd or 0.0
 
 
+@dataclass(frozen=True)
+class SentCall:
+    """What sending one claimed call came to: its ledger status, receipt and answers."""
+
+    status: OutcomeStatus
+    receipt: Receipt
+    answers: dict[str, Answer] | None = None
+    #: Why the job escalates when the call brought no answers.
+    reason: EscalationReason = "provider_error"
+    detail: str = ""
+    error_code: str | None = None
+    cancelled: bool = False
+
+    def outcome(self) -> CallOutcome:
+        answers_json = None
+        if self.answers is not None:
+            answers_json = json.dumps(
+                {qid: a.model_dump(mode="json") for qid, a in self.answers.items()}
+            )
+        return _outcome(self.status, self.receipt, answers_json, self.error_code)
+
+
 class Runner:
     def __init__(
         self,
@@ -82,6 +110,17 @@ class Runner:
         self.observer: Observer = observer or NullObserver()
         #: Runs menu jobs (``worker.menus``); set by the worker context.
         self.menus: MenuRunner | None = None
+        self._judgments: JudgmentRunner | None = None
+
+    @property
+    def judgments(self) -> JudgmentRunner:
+        """Runs sift, route and verified decide jobs with this runner's ledger and providers."""
+        if self._judgments is None:
+            # Imported here: worker.judgments builds on this module.
+            from worker.judgments import JudgmentRunner
+
+            self._judgments = JudgmentRunner(self)
+        return self._judgments
 
     async def _db(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
         # The ledger is synchronous SQLAlchemy; keep the loop free for requests in flight.
@@ -101,6 +140,8 @@ class Runner:
         """Run one job; returns the type of its terminal message."""
         if self.menus is not None and job_kind(raw) == "menu":
             return await self.menus.run_one(raw)
+        if job_kind(raw) in JUDGMENT_KINDS or wants_verification(raw):
+            return await self.judgments.run_one(raw)
         try:
             job = parse_job(raw)
             if not isinstance(job, DecideJob):
@@ -176,7 +217,7 @@ class Runner:
                 ) from None
             raise
 
-    async def _open(self, job: DecideJob | MenuJob) -> JobRow:
+    async def _open(self, job: AnyJob) -> JobRow:
         deadline = job_deadline(
             job,
             default_s=self.settings.default_timeout_s,
@@ -201,67 +242,96 @@ class Runner:
         deadline: datetime,
     ) -> tuple[Message, CallOutcome, bool]:
         """Send the claimed call; returns its message, its outcome, and whether it was cancelled."""
+        sent = await self.send_call(provider, prepared, deadline, step=DECIDE_STEP, job_id=job.id)
+        message: Message
+        if sent.answers is not None:
+            message = verdict(job, sent.answers, [sent.receipt])
+        else:
+            message = escalation(job, sent.reason, sent.detail, [sent.receipt])
+        return message, sent.outcome(), sent.cancelled
+
+    async def send_call(
+        self,
+        provider: DecisionProvider,
+        prepared: PreparedRequest,
+        deadline: datetime,
+        *,
+        step: str,
+        job_id: str,
+    ) -> SentCall:
+        """Send one claimed call (the caller holds the claim) and say what it came to."""
         try:
-            result = await provider.send(prepared, deadline, step=DECIDE_STEP)
+            result = await provider.send(prepared, deadline, step=step)
         except DecisionProviderError as exc:
             receipt = (
                 exc.receipt
                 if isinstance(exc.receipt, Receipt)
-                else _bare_receipt(provider, prepared, exc)
+                else _bare_receipt(provider, prepared, exc, step)
             )
             status = ledger_status_for(exc)
             receipt = receipt.model_copy(update={"status": status, "error_code": exc.code})
             if status != "not_sent":
                 self.stats.add(receipt)
-            message: Message = escalation(job, failure_reason(exc), str(exc), [receipt])
-            return message, _outcome(status, receipt, None, exc.code), was_cancelled(exc)
+            return SentCall(
+                status,  # type: ignore[arg-type]
+                receipt,
+                reason=failure_reason(exc),
+                detail=str(exc),
+                error_code=exc.code,
+                cancelled=was_cancelled(exc),
+            )
         except asyncio.CancelledError:
             # Cancelled with the request possibly in flight: its outcome is unknown, for good.
-            receipt = _bare_receipt(provider, prepared, None).model_copy(
+            receipt = _bare_receipt(provider, prepared, None, step).model_copy(
                 update={"status": "unknown", "error_code": "aborted"}
             )
-            message = escalation(
-                job, "decision_interrupted", "cancelled while in flight", [receipt]
+            return SentCall(
+                "unknown", receipt, reason="decision_interrupted",
+                detail="cancelled while in flight", error_code="aborted", cancelled=True,
             )
-            return message, _outcome("unknown", receipt, None, "aborted"), True
         except Exception as exc:
             # A bug after the claim: whether bytes left is unknown, so never send again.
-            log.exception("call.crashed", job_id=job.id, error=type(exc).__name__)
-            receipt = _bare_receipt(provider, prepared, None).model_copy(
+            log.exception("call.crashed", job_id=job_id, step=step, error=type(exc).__name__)
+            receipt = _bare_receipt(provider, prepared, None, step).model_copy(
                 update={"status": "unknown", "error_code": "internal"}
             )
-            detail = f"internal error: {type(exc).__name__}"
-            message = escalation(job, "decision_interrupted", detail, [receipt])
-            return message, _outcome("unknown", receipt, None, "internal"), False
+            return SentCall(
+                "unknown", receipt, reason="decision_interrupted",
+                detail=f"internal error: {type(exc).__name__}", error_code="internal",
+            )
         self.stats.add(result.receipt)
-        message = verdict(job, result.answers, [result.receipt])
-        answers_json = json.dumps(
-            {qid: a.model_dump(mode="json") for qid, a in result.answers.items()}
-        )
-        return message, _outcome("answered", result.receipt, answers_json, None), False
+        return SentCall("answered", result.receipt, answers=result.answers)
 
-    async def _settle_existing(self, job: DecideJob, call: CallRow) -> str:
-        """Another delivery claimed this call: never send; replay, wait for it, or escalate."""
+    async def await_claim(self, job_id: str, step: str, call: CallRow) -> CallRow | JobRow:
+        """A call another delivery holds, once it is settled; or the job's row, if that
+        delivery finished the job meanwhile (publish its message then).
+
+        A live claim (its lease still runs) is waited for; one whose lease ran out belonged to
+        a worker that died mid-call, and is booked ``unknown``. Nothing is ever sent here.
+        """
         while call.status == "claimed":
             now = _now()
             if call.lease_expires < now:
-                call = await self._db(
-                    self.ledger.expire_claim, job_id=job.id, step=DECIDE_STEP, now=now
-                )
-                break
+                return await self._db(self.ledger.expire_claim, job_id=job_id, step=step, now=now)
             await asyncio.sleep(min(DUPLICATE_POLL_S, (call.lease_expires - now).total_seconds()))
-            row = await self._db(self.ledger.get_job, job_id=job.id)
+            row = await self._db(self.ledger.get_job, job_id=job_id)
             if row is not None and row.terminal_message is not None:
-                return await self._publish(row, job.reply_to)
-            latest = await self._db(self.ledger.get_call, job_id=job.id, step=DECIDE_STEP)
+                return row
+            latest = await self._db(self.ledger.get_call, job_id=job_id, step=step)
             assert latest is not None, "a claimed call never disappears"
             call = latest
+        return call
+
+    async def _settle_existing(self, job: DecideJob, call: CallRow) -> str:
+        """Another delivery claimed this call: never send; replay, wait for it, or escalate."""
+        settled = await self.await_claim(job.id, DECIDE_STEP, call)
+        if isinstance(settled, JobRow):
+            return await self._publish(settled, job.reply_to)
+        call = settled
         receipt = _stored_receipt(call)
         message: Message
-        if call.status == "answered" and call.outcome_json:
-            answers = {
-                qid: Answer.model_validate(a) for qid, a in json.loads(call.outcome_json).items()
-            }
+        answers = stored_answers(call)
+        if answers is not None:
             message = verdict(job, answers, [receipt])
         elif call.status == "failed":
             message = escalation(
@@ -344,11 +414,21 @@ def _outcome(
     )
 
 
+def stored_answers(call: CallRow) -> dict[str, Answer] | None:
+    """The decoded answers an ``answered`` call stored; None for any other call."""
+    if call.status != "answered" or not call.outcome_json:
+        return None
+    return {qid: Answer.model_validate(a) for qid, a in json.loads(call.outcome_json).items()}
+
+
 def _bare_receipt(
-    provider: DecisionProvider, prepared: PreparedRequest, error: DecisionProviderError | None
+    provider: DecisionProvider,
+    prepared: PreparedRequest,
+    error: DecisionProviderError | None,
+    step: str = DECIDE_STEP,
 ) -> Receipt:
     return Receipt(
-        step=DECIDE_STEP,
+        step=step,
         provider=provider.name,
         model=prepared.model,
         status="unknown",
