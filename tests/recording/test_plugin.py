@@ -99,10 +99,15 @@ def test_a_users_project_records_then_replays_and_fails_loudly_on_a_miss(tmp_pat
             "DECISIONS_OPENROUTER_BASE_URL": f"{openrouter.url}/api",
             "DECISIONS_RECORD_DIR": str(project / "recordings"),
         }
-        done, cases = _pytest(project, "--decisions-live", "-k", "test_recorded_ticket", env=live)
+        done, cases = _pytest(
+            project, "--decisions-live", "-k", "test_recorded_ticket or test_faux_failure_modes",
+            env=live,
+        )
         assert openrouter.provider.total() == 1, done.stdout + done.stderr
     assert done.returncode == 0, done.stdout + done.stderr
+    assert _outcome(cases["test_faux_failure_modes"]) == "passed"
     assert "live True" in done.stdout and "decisions: live" in done.stdout
+    # Only the live test's answer: the faux's 503 of the other test is not a real response.
     [(digest, recording)] = recordings(project / "recordings").items()
     assert canary not in (project / "recordings" / f"{digest}.json").read_text()
     recorded_id = recording["response"]["body"]["id"]

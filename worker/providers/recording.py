@@ -4,7 +4,9 @@ The transport calls ``observe`` once for each response that arrives, whatever it
 before it is classified. Observers are a ``Recorder`` for ``settings.record_dir`` when that
 is set (``DECISIONS_RECORD_DIR``, which ``decisions record`` sets for its command), and any a
 caller installs with ``observing(fn)`` (the pytest plugin counts live requests this way). A
-failing observer is logged and ignored: a paid answer is never lost to a full disk.
+failing observer is logged and ignored: a paid answer is never lost to a full disk. While
+``recording_paused()`` holds, the settings' recorder writes nothing (the plugin pauses it for
+tests that talk to the faux, so a recording run keeps real answers only).
 
 A recording is one JSON file per request, ``DIR/<request_sha256>.json``, the digest of the
 request body's canonical JSON (what receipts carry), so it survives key order and whitespace::
@@ -67,6 +69,7 @@ __all__ = [
     "observe",
     "observing",
     "recording_path",
+    "recording_paused",
     "redact_fields",
     "replay_miss",
     "request_digest",
@@ -111,6 +114,7 @@ _O = TypeVar("_O", bound=ResponseObserver)
 
 _observers: list[ResponseObserver] = []
 _observers_lock = threading.Lock()
+_pauses = 0
 
 
 @contextlib.contextmanager
@@ -123,6 +127,19 @@ def observing(observer: _O) -> Iterator[_O]:
     finally:
         with _observers_lock:
             _observers.remove(observer)
+
+
+@contextlib.contextmanager
+def recording_paused() -> Iterator[None]:
+    """No response is written to ``settings.record_dir`` meanwhile, from any thread."""
+    global _pauses
+    with _observers_lock:
+        _pauses += 1
+    try:
+        yield
+    finally:
+        with _observers_lock:
+            _pauses -= 1
 
 
 def observe(
@@ -140,8 +157,8 @@ def observe(
     recorder = _settings_recorder()
     with _observers_lock:
         observers: list[ResponseObserver] = list(_observers)
-    if recorder is not None:
-        observers.append(recorder)
+        if recorder is not None and not _pauses:
+            observers.append(recorder)
     if not observers:
         return
     observed = ObservedResponse(

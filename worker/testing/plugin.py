@@ -194,10 +194,15 @@ def decisions_settings(
     faux_server: FauxHandle,
     decisions_live: bool,
     monkeypatch: pytest.MonkeyPatch,
-) -> Settings:
+) -> Iterator[Settings]:
     """Settings from the environment, with a SQLite ledger in ``tmp_path`` and, unless live,
-    every provider (and every ``systemone_hosts`` host) at the faux with a placeholder key."""
+    every provider (and every ``systemone_hosts`` host) at the faux with a placeholder key.
+
+    Unless live, ``DECISIONS_RECORD_DIR`` records nothing: a recording run
+    (``decisions record -- pytest --decisions-live``) keeps the real answers only.
+    """
     from shared.settings import Settings
+    from worker.providers.recording import recording_paused
     from worker.testing.faux import provider_urls
     from worker.testing.live import PLACEHOLDER_KEY, key_variables
 
@@ -206,16 +211,19 @@ def decisions_settings(
         "ledger_url": f"sqlite:///{tmp_path / 'decisions.db'}",
         "faux_url": faux_server.url,
     }
-    if not decisions_live:
-        update.update(provider_urls(faux_server.url))
-        update["systemone_hosts"] = {
-            name: host.model_copy(update={"base_url": faux_server.url})
-            for name, host in base.systemone_hosts.items()
-        }
-        # A real key in the environment is never sent to the faux.
-        for variable in filter(None, key_variables(base).values()):
-            monkeypatch.setenv(variable, PLACEHOLDER_KEY)
-    return base.model_copy(update=update)
+    if decisions_live:
+        yield base.model_copy(update=update)
+        return
+    update.update(provider_urls(faux_server.url))
+    update["systemone_hosts"] = {
+        name: host.model_copy(update={"base_url": faux_server.url})
+        for name, host in base.systemone_hosts.items()
+    }
+    # A real key in the environment is never sent to the faux.
+    for variable in filter(None, key_variables(base).values()):
+        monkeypatch.setenv(variable, PLACEHOLDER_KEY)
+    with recording_paused():
+        yield base.model_copy(update=update)
 
 
 @pytest.fixture
