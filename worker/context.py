@@ -8,6 +8,7 @@ front by the embedded run, which brings its own memory sink.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import redis
 from celery import signals
 
+from shared.errors import ConfigurationError
 from shared.settings import Settings, get_settings
 from worker import metrics
 from worker.handlers import HandlerRegistry, load_handlers
@@ -108,4 +110,9 @@ def _build() -> WorkerContext:
 def _load_handlers(sender: Any = None, **_: Any) -> None:
     # At worker start, so that a module in DECISIONS_HANDLERS that does not import stops the
     # worker at once instead of failing its menu jobs later (prefork children inherit them).
-    load_handlers(get_settings().handlers)
+    try:
+        load_handlers(get_settings().handlers)
+    except ConfigurationError as exc:
+        # Celery swallows an Exception from a signal handler; SystemExit it does not.
+        sys.stderr.write(f"refusing to start: {exc}\n")
+        raise SystemExit(2) from None
