@@ -9,6 +9,7 @@ __all__ = [
     "PREFIX",
     "REJECTED_STREAM",
     "RUN_JOBS_TASK",
+    "batch_estimate",
     "escalation_claim",
     "published_marker",
     "rate_inflight",
@@ -60,3 +61,8 @@ def rate_pause(provider: str) -> str:
 def rate_window(provider: str) -> str:
     """A provider's rate: the theoretical time of its next send (GCRA, ms, Redis time)."""
     return f"{PREFIX}:limits:{provider}:window"
+
+
+def batch_estimate(batch: str) -> str:
+    """A batch's cost estimate (``shared.estimate.Estimate`` as JSON), stored at submit."""
+    return f"{PREFIX}:estimate:{batch}"
