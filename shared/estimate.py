@@ -1,0 +1,273 @@
+"""What a batch will cost before it is sent: requests after packing, tokens, list prices.
+
+Pure: nothing is sent and nothing is queued. Each job is planned as the worker plans it
+(``shared.judgments``): a decide job is one request, plus one per verifying decision; a sift
+job is as many requests as its items pack into (``shared.judgments.pack``, the worker's own
+packing); a route job is one. Menu jobs talk to LLM runtimes whose turns depend on the
+model's replies, so they are counted, not priced (``menu_jobs``).
+
+Prices, per provider (``default_prices``; override or add with ``prices``):
+
+- ``parallel``: its list price per request (``settings.parallel_list_price_usd``): exact, as
+  it is what the worker books.
+- ``typesafe`` ($0.042 per million input tokens), ``openai`` ($0.10), a System One host with a
+  ``price_per_mtok_usd``, and the ``faux`` (its catalog's price, $0.10 for ``faux-1``):
+  tokens estimated as the providers do, 4 bytes of canonical JSON a token, on the body in
+  the System One shape. A host's own tokenizer counts differently: the stated accuracy is
+  ``TOKEN_ESTIMATE_ACCURACY`` (the faux counts exactly this way, so its estimate is exact).
+- ``openrouter`` and any host without a price: unknown (``None``, never 0), unless a price
+  is configured.
+
+The estimate is an upper bound on requests: a verified decision that escalates is not
+verified, so it sends fewer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final, Literal
+
+from shared.canonical import canonical_bytes
+from shared.jobs import AnyJob, DecideJob, MenuJob, RouteJob, SiftJob
+from shared.judgments import (
+    ROUTE_QUESTION_ID,
+    estimate_tokens,
+    item_id,
+    pack,
+    pack_limits_for,
+    route_question,
+    sift_question,
+    sift_state,
+)
+from shared.settings import Settings
+
+__all__ = [
+    "ESTIMATE_TTL_S",
+    "FAUX_DEFAULT_MODEL",
+    "FAUX_PRICE_PER_MTOK_USD",
+    "TOKEN_ESTIMATE_ACCURACY",
+    "Estimate",
+    "PlannedRequest",
+    "Price",
+    "PriceBasis",
+    "ProviderEstimate",
+    "default_prices",
+    "estimate_jobs",
+    "planned_requests",
+]
+
+#: A token-priced estimate is within this fraction of the booked cost (a host's tokenizer
+#: against 4 bytes a token; the faux's is exact).
+TOKEN_ESTIMATE_ACCURACY: Final = 0.25
+#: The faux's price for its default model (``worker.faux.catalog``: 1e-7 USD a token).
+FAUX_PRICE_PER_MTOK_USD: Final = 0.10
+#: The model the faux answers when a job names none (``worker.providers.systemone``).
+FAUX_DEFAULT_MODEL: Final = "faux-1"
+#: How long a batch's stored estimate is kept in Redis.
+ESTIMATE_TTL_S: Final = 30 * 24 * 3600
+
+PriceBasis = Literal["list_price", "tokens", "unknown"]
+
+
+@dataclass(frozen=True)
+class Price:
+    """A provider's price: per request, or per million input tokens (optionally per model)."""
+
+    per_request_usd: float | None = None
+    per_mtok_usd: float | None = None
+    per_model_mtok_usd: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def basis(self) -> PriceBasis:
+        if self.per_request_usd is not None:
+            return "list_price"
+        if self.per_mtok_usd is not None or self.per_model_mtok_usd:
+            return "tokens"
+        return "unknown"
+
+    def cost(self, model: str | None, tokens: int) -> float | None:
+        if self.per_request_usd is not None:
+            return self.per_request_usd
+        per_mtok = self.per_model_mtok_usd.get(model or "", self.per_mtok_usd)
+        return None if per_mtok is None else per_mtok * tokens / 1_000_000
+
+
+UNKNOWN_PRICE: Final = Price()
+
+
+def default_prices(settings: Settings) -> dict[str, Price]:
+    prices = {
+        "parallel": Price(per_request_usd=settings.parallel_list_price_usd),
+        "typesafe": Price(per_mtok_usd=settings.typesafe_price_per_mtok_usd),
+        "openai": Price(per_mtok_usd=settings.openai_price_per_mtok_usd),
+        "faux": Price(per_mtok_usd=FAUX_PRICE_PER_MTOK_USD),
+        "openrouter": UNKNOWN_PRICE,
+    }
+    for name, host in settings.systemone_hosts.items():
+        prices[name] = Price(per_mtok_usd=host.price_per_mtok_usd)
+    return prices
+
+
+def _default_model(provider: str, settings: Settings) -> str | None:
+    if provider in settings.systemone_hosts:
+        return settings.systemone_hosts[provider].default_model
+    return {
+        "faux": FAUX_DEFAULT_MODEL,
+        "typesafe": settings.typesafe_default_model,
+        "openai": settings.openai_default_model,
+        "openrouter": settings.openrouter_default_model,
+        "parallel": "parallel-" + (settings.parallel_modes or ["fast"])[0],
+    }.get(provider)
+
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    """One request a job will send: its step, where, and its estimated input tokens."""
+
+    step: str
+    provider: str
+    model: str | None
+    input_tokens: int
+
+
+def planned_requests(job: AnyJob, settings: Settings) -> list[PlannedRequest]:
+    """The requests the worker will send for ``job`` (menus: none are planned).
+
+    ``JobInvalid`` if a sift item fits in no request, as the worker would reject it.
+    """
+    if isinstance(job, MenuJob):
+        return []
+    provider = job.provider or settings.default_provider
+    model = job.model or _default_model(provider, settings)
+
+    if isinstance(job, RouteJob):
+        question = route_question(job.routes, job.instructions).wire()
+        return [_request("route", provider, model, job.state, {ROUTE_QUESTION_ID: question})]
+    if isinstance(job, SiftJob):
+        state = sift_state(job.state)
+        questions = [
+            (item_id(i), sift_question(job.question, item)) for i, item in enumerate(job.items)
+        ]
+        groups = pack(state, questions, pack_limits_for(provider), field="items")
+        return [
+            _request(f"sift.{k}", provider, model, state, dict(questions[i] for i in group))
+            for k, group in enumerate(groups)
+        ]
+    assert isinstance(job, DecideJob)
+    questions_wire = {qid: q.wire() for qid, q in job.questions.items()}
+    planned = [_request("decide", provider, model, job.state, questions_wire)]
+    if job.verify is not None:
+        checker = job.verify.provider or provider
+        checker_model = job.verify.model or _default_model(checker, settings)
+        planned += [
+            _request(f"verify.{k}", checker, checker_model, job.state, questions_wire)
+            for k in range(job.verify.verifications)
+        ]
+    return planned
+
+
+def _request(
+    step: str, provider: str, model: str | None, state: Any, questions: dict[str, Any]
+) -> PlannedRequest:
+    # The System One body, as the worker's System One providers send it (and the faux reads).
+    body: dict[str, Any] = {"questions": questions, "state": state}
+    if model is not None:
+        body["model"] = model
+    tokens = max(1, estimate_tokens(len(canonical_bytes(body))))
+    return PlannedRequest(step, provider, model, tokens)
+
+
+@dataclass
+class ProviderEstimate:
+    provider: str
+    basis: PriceBasis
+    requests: int = 0
+    input_tokens: int = 0
+    #: Summed estimate; ``None`` when any request's price is unknown (never 0 for unknown).
+    cost_usd: float | None = 0.0
+    #: The booked cost is within this fraction of ``cost_usd``.
+    accuracy: float = 0.0
+
+
+@dataclass
+class Estimate:
+    """What a set of jobs will send and cost, by provider."""
+
+    batch: str | None = None
+    jobs: int = 0
+    menu_jobs: int = 0
+    requests: int = 0
+    by_provider: dict[str, ProviderEstimate] = field(default_factory=dict)
+
+    @property
+    def cost_known_usd(self) -> float:
+        """The estimated cost of the providers with a price (unknown ones left out)."""
+        return sum(p.cost_usd for p in self.by_provider.values() if p.cost_usd is not None)
+
+    @property
+    def cost_unknown(self) -> bool:
+        """Some requests go to a provider with no price: the total is a lower bound."""
+        return any(p.cost_usd is None for p in self.by_provider.values())
+
+    @property
+    def accuracy(self) -> float:
+        return max((p.accuracy for p in self.by_provider.values()), default=0.0)
+
+    def add(self, job: AnyJob, requests: list[PlannedRequest], prices: Mapping[str, Price]) -> None:
+        self.jobs += 1
+        if isinstance(job, MenuJob):
+            self.menu_jobs += 1
+        for planned in requests:
+            price = prices.get(planned.provider, UNKNOWN_PRICE)
+            entry = self.by_provider.get(planned.provider)
+            if entry is None:
+                accuracy = TOKEN_ESTIMATE_ACCURACY if price.basis == "tokens" else 0.0
+                entry = ProviderEstimate(planned.provider, price.basis, accuracy=accuracy)
+                self.by_provider[planned.provider] = entry
+            entry.requests += 1
+            entry.input_tokens += planned.input_tokens
+            cost = price.cost(planned.model, planned.input_tokens)
+            entry.cost_usd = None if cost is None or entry.cost_usd is None else (
+                round(entry.cost_usd + cost, 12)
+            )
+            self.requests += 1
+
+    def to_json(self) -> str:
+        body = asdict(self)
+        body.update(
+            cost_known_usd=self.cost_known_usd,
+            cost_unknown=self.cost_unknown,
+            accuracy=self.accuracy,
+        )
+        return json.dumps(body, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> Estimate:
+        body = json.loads(raw)
+        providers = {
+            name: ProviderEstimate(**entry) for name, entry in body["by_provider"].items()
+        }
+        return cls(
+            batch=body["batch"],
+            jobs=body["jobs"],
+            menu_jobs=body["menu_jobs"],
+            requests=body["requests"],
+            by_provider=providers,
+        )
+
+
+def estimate_jobs(
+    jobs: Iterable[AnyJob],
+    settings: Settings,
+    *,
+    prices: Mapping[str, Price] | None = None,
+    batch: str | None = None,
+) -> Estimate:
+    """The estimate of valid jobs (``JobInvalid`` from a sift that cannot be packed)."""
+    table = {**default_prices(settings), **(prices or {})}
+    result = Estimate(batch=batch)
+    for job in jobs:
+        result.add(job, planned_requests(job, settings), table)
+    return result
