@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Final, Literal
 
 from shared.canonical import canonical_bytes
+from shared.errors import FieldProblem
 from shared.jobs import AnyJob, DecideJob, MenuJob, RouteJob, SiftJob
 from shared.judgments import (
     ROUTE_QUESTION_ID,
@@ -49,6 +50,7 @@ __all__ = [
     "FAUX_PRICE_PER_MTOK_USD",
     "TOKEN_ESTIMATE_ACCURACY",
     "Estimate",
+    "EstimateReport",
     "PlannedRequest",
     "Price",
     "PriceBasis",
@@ -271,3 +273,18 @@ def estimate_jobs(
     for job in jobs:
         result.add(job, planned_requests(job, settings), table)
     return result
+
+
+@dataclass
+class EstimateReport:
+    """A dry run: the estimate of the valid jobs, per batch too, and the rejected ones."""
+
+    total: Estimate = field(default_factory=Estimate)
+    batches: dict[str, Estimate] = field(default_factory=dict)
+    rejected: dict[str, list[FieldProblem]] = field(default_factory=dict)
+
+    def add(self, job: AnyJob, requests: list[PlannedRequest], prices: Mapping[str, Price]) -> None:
+        self.total.add(job, requests, prices)
+        if job.batch is not None:
+            batch = self.batches.setdefault(job.batch, Estimate(batch=job.batch))
+            batch.add(job, requests, prices)
