@@ -7,6 +7,9 @@
 
 Invalid jobs are never put on the queue: their ``rejected`` message, naming each bad field,
 goes straight to the reply stream, and the rest of the batch goes on.
+
+    estimate = client.estimate(jobs, reply_to="claims-replies")   # a dry run: nothing sent
+    estimate.total.requests, estimate.total.by_provider["parallel"].cost_usd
 """
 
 from __future__ import annotations
@@ -21,6 +24,14 @@ from celery import Celery
 
 from shared import keys
 from shared.errors import FieldProblem, JobInvalid
+from shared.estimate import (
+    ESTIMATE_TTL_S,
+    Estimate,
+    EstimateReport,
+    Price,
+    default_prices,
+    planned_requests,
+)
 from shared.jobs import JOB_TYPES, Job, parse_job
 from shared.rejection import rejection_for
 from shared.replies import TERMINAL_TYPES, Reply, parse_reply
@@ -168,6 +179,46 @@ class Client:
                 if on_progress:
                     on_progress(len(chunk))
         return report
+
+    # --- cost before submit -----------------------------------------------------------
+    def estimate(
+        self,
+        jobs: Iterable[Any],
+        *,
+        reply_to: str | None = None,
+        prices: dict[str, Price] | None = None,
+        store: bool = True,
+    ) -> EstimateReport:
+        """Validate every job and estimate the requests and cost it will send
+        (``shared.estimate``). Nothing is sent, queued or published; with ``store`` each
+        named batch's estimate is kept in Redis for ``decisions ledger status --batch``."""
+        table = {**default_prices(self.settings), **(prices or {})}
+        report = EstimateReport()
+        for line, raw in enumerate(jobs):
+            job_id: str | None = None
+            try:
+                job = self.validate(raw, reply_to=reply_to)
+                job_id = job.id
+                requests = planned_requests(job, self.settings)
+            except JobInvalid as exc:
+                report.rejected[exc.job_id or job_id or f"line-{line}"] = exc.problems
+                continue
+            report.add(job, requests, table)
+        if store:
+            for batch, estimate in report.batches.items():
+                self.redis.set(keys.batch_estimate(batch), estimate.to_json(), ex=ESTIMATE_TTL_S)
+        return report
+
+    def dry_run(
+        self, jobs: Iterable[Any], *, reply_to: str | None = None, store: bool = True
+    ) -> EstimateReport:
+        """``estimate``: what ``submit_batch`` would send, without sending it."""
+        return self.estimate(jobs, reply_to=reply_to, store=store)
+
+    def stored_estimate(self, batch: str) -> Estimate | None:
+        """The estimate stored for ``batch`` (None if none was)."""
+        raw = self.redis.get(keys.batch_estimate(batch))
+        return None if raw is None else Estimate.from_json(raw)
 
     def _send_chunk(self, producer: Any, chunk: list[dict[str, Any]]) -> None:
         self.celery.send_task(
