@@ -119,3 +119,16 @@ def test_a_failed_request_gives_its_connection_back() -> None:
     assert status == 200
     # The dropped connection's pool was handed back and reconnected, not leaked.
     assert opened == 1
+
+
+def test_every_connection_shares_one_tls_context(slow_server: FauxServer) -> None:
+    async def scenario() -> set[int]:
+        async with sharded_client(max_connections=20, timeout=10) as client:
+            await asyncio.gather(*(post(client, slow_server.url) for _ in range(20)))
+            transport = transport_of(client)
+            pools = [s.transport._pool for p in transport._origins.values() for s in p.shards]
+            return {id(pool._ssl_context) for pool in pools} | {len(pools)}
+
+    # Making a context loads the CA bundle (tens of ms): once per client, not per connection.
+    contexts = asyncio.run(scenario())
+    assert 20 in contexts and len(contexts) == 2
