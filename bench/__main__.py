@@ -1,0 +1,226 @@
+"""``python -m bench [--quick] [--only STAGE ...] [--profile]``: see ``bench/__init__.py``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import redis
+import sqlalchemy as sa
+
+from bench.config import RESULTS_DIR, BenchConfig
+from bench.direct import run_direct
+from bench.noop import run_noop
+from bench.pipeline import paced_run, saturated_run
+from bench.procs import BIN, DECISIONS, Meter, faux_process, spawn_worker
+from bench.producer import run_producer
+from bench.report import Results, print_report
+from bench.workload import decide_jobs
+from shared.client import Client
+from shared.settings import Settings
+
+STAGES = ("producer", "direct", "noop", "pipeline-sqlite", "pipeline-postgresql", "rss")
+
+
+def _redis_url(config: BenchConfig) -> str:
+    return f"redis://127.0.0.1:6379/{config.redis_db}"
+
+
+def _worker_env(config: BenchConfig, ledger_url: str, faux_url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DECISIONS_")}
+    env.update(
+        {
+            "DECISIONS_BROKER_URL": _redis_url(config),
+            "DECISIONS_REDIS_URL": _redis_url(config),
+            "DECISIONS_LEDGER_URL": ledger_url,
+            "DECISIONS_FAUX_URL": faux_url,
+            "DECISIONS_REAPER_INTERVAL_S": "0",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env
+
+
+def _pool_args(config: BenchConfig) -> list[str]:
+    return [
+        f"--pool={config.pool}",
+        f"--concurrency={config.pool_threads}",
+        "--without-mingle",
+        "--without-gossip",
+    ]
+
+
+def _set_latency(faux_url: str, latency_ms: float) -> None:
+    httpx.patch(
+        f"{faux_url}/_faux/behaviour", json={"latency_ms": latency_ms}, timeout=10
+    ).raise_for_status()
+
+
+@contextmanager
+def _pg_schema(config: BenchConfig) -> Iterator[str]:
+    schema = f"bench_{os.getpid()}_{int(time.time())}"
+    engine = sa.create_engine(config.pg_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        yield f"{config.pg_url}?options=-csearch_path%3D{schema}"
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+        engine.dispose()
+
+
+@contextmanager
+def _profiled(pid: int, out: Path, seconds: float, enabled: bool) -> Iterator[None]:
+    """py-spy on the worker tree while the block runs (``--profile``)."""
+    if not enabled:
+        yield
+        return
+    proc = subprocess.Popen(
+        [
+            str(BIN / "py-spy"), "record", "--pid", str(pid), "--subprocesses", "--nonblocking",
+            "--format", "raw", "--output", str(out), "--duration", str(int(seconds) + 1),
+            "--rate", "200",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield
+    finally:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=seconds + 30)
+
+
+def _pipeline_stage(
+    name: str,
+    ledger_url: str,
+    config: BenchConfig,
+    faux_url: str,
+    client: Client,
+    r: redis.Redis,
+    logs: Path,
+    results: Results,
+    *,
+    profile: bool,
+    rss: bool,
+) -> None:
+    env = _worker_env(config, ledger_url, faux_url)
+    argv = [DECISIONS, "worker", "--migrate", *_pool_args(config)]
+    with spawn_worker(argv, env, logs / f"worker-{name}.log") as worker:
+        for latency in config.faux_latencies_ms:
+            _set_latency(faux_url, latency)
+            tag = f"{name}-{latency:g}ms"
+            n = config.decisions_0ms if latency == 0 else config.decisions_200ms
+            saturated_run(client, r, f"warm-{tag}", config.warmup, chunk_size=config.chunk_size)
+            expected_s = max(5.0, n / 500)
+            with (
+                Meter(worker.pid) as meter,
+                _profiled(worker.pid, RESULTS_DIR / f"profile-{tag}.txt", expected_s, profile),
+            ):
+                run = saturated_run(client, r, f"max-{tag}", n, chunk_size=config.chunk_size)
+            half = run.rate / 2
+            paced = paced_run(
+                client, r, f"half-{tag}", rate=half, duration_s=config.latency_run_s
+            )
+            results.pipeline(name, latency, run, meter.usage, paced, half)
+            print(f"  {tag}: {run.rate:,.0f}/s  types={run.types}", flush=True)
+        if rss:
+            _set_latency(faux_url, config.rss_latency_ms)
+            chunk = -(-config.rss_in_flight // config.pool_threads)
+            n = config.rss_in_flight * 2
+            with Meter(worker.pid) as meter:
+                run = saturated_run(client, r, f"rss-{name}", n, chunk_size=chunk)
+            in_flight = run.rate * config.rss_latency_ms / 1000
+            results.rss(name, config.rss_in_flight, in_flight, meter.usage, run)
+            print(f"  rss-{name}: peak {meter.usage.peak_rss_bytes / 2**20:.0f} MB", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="a tenth of the work (a smoke run)")
+    parser.add_argument("--only", nargs="*", choices=STAGES, help="run these stages only")
+    parser.add_argument("--profile", action="store_true", help="py-spy the worker (raw stacks)")
+    args = parser.parse_args(argv)
+    config = BenchConfig().quick() if args.quick else BenchConfig()
+    stages = set(args.only or STAGES)
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    results = Results(config)
+
+    r = redis.Redis.from_url(_redis_url(config))
+    r.flushdb()
+    settings = Settings(broker_url=_redis_url(config), redis_url=_redis_url(config))
+    client = Client(settings)
+    started = time.monotonic()
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+            logs = Path(tmp)
+            with faux_process(logs / "faux.log") as faux_url:
+                if "producer" in stages:
+                    print("producer ...", flush=True)
+                    results.producer(
+                        run_producer(client, r, config.producer_jobs, chunk_size=config.chunk_size)
+                    )
+                if "direct" in stages:
+                    for latency in config.faux_latencies_ms:
+                        print(f"direct {latency:g} ms ...", flush=True)
+                        _set_latency(faux_url, latency)
+                        n = config.decisions_0ms if latency == 0 else config.decisions_200ms
+                        jobs = decide_jobs(f"direct-{latency:g}", n + config.warmup)
+                        results.direct(
+                            latency, run_direct(faux_url, jobs, config.in_flight, config.warmup)
+                        )
+                if "noop" in stages:
+                    print("celery-noop ...", flush=True)
+                    env = _worker_env(config, "sqlite:///" + str(logs / "noop.db"), faux_url)
+                    argv_noop = [
+                        str(BIN / "celery"), "-A", "bench.noop_app", "worker", "-Q", "bench-noop",
+                        f"--loglevel={settings.log_level}", *_pool_args(config),
+                    ]
+                    with spawn_worker(argv_noop, env, logs / "noop.log"):
+                        results.noop(
+                            run_noop(client.celery, r, config.noop_tasks, warmup=config.warmup)
+                        )
+                if "pipeline-sqlite" in stages:
+                    print("pipeline, SQLite ledger ...", flush=True)
+                    _pipeline_stage(
+                        "sqlite", f"sqlite:///{logs / 'ledger.db'}", config, faux_url, client,
+                        r, logs, results, profile=args.profile, rss=False,
+                    )
+                if "pipeline-postgresql" in stages or "rss" in stages:
+                    print("pipeline, PostgreSQL ledger ...", flush=True)
+                    with _pg_schema(config) as pg_url:
+                        _pipeline_stage(
+                            "postgresql", pg_url, config, faux_url, client, r, logs, results,
+                            profile=args.profile, rss="rss" in stages,
+                        )
+            results.logs_tail = {
+                p.name: p.read_text(errors="replace")[-1500:]
+                for p in logs.glob("*.log")
+                if "Traceback" in p.read_text(errors="replace")
+            }
+    finally:
+        r.flushdb()
+        client.close()
+    results.duration_s = time.monotonic() - started
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    out = RESULTS_DIR / f"bench-{stamp}.json"
+    out.write_text(json.dumps(results.as_json(), indent=2, sort_keys=True))
+    print_report(results)
+    print(f"\nJSON: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""What one bench run measures, and with which worker settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["BenchConfig"]
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    redis_db: int = 15
+    pg_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+    #: Decisions per throughput measurement (after a warm-up).
+    decisions_0ms: int = 6000
+    decisions_200ms: int = 6000
+    warmup: int = 500
+    noop_tasks: int = 4000
+    producer_jobs: int = 100_000
+    #: Jobs per Celery message (the client's default).
+    chunk_size: int = 32
+    #: Celery pool of the one worker process: threads that all feed its one asyncio loop,
+    #: so that chunk_size x threads decisions are in flight in one process.
+    pool: str = "threads"
+    pool_threads: int = 16
+    #: Seconds of paced load at half the maximum rate, for the added latency.
+    latency_run_s: float = 4.0
+    #: The RSS run: this many decisions in flight (faux latency long enough to hold them).
+    rss_in_flight: int = 1000
+    rss_latency_ms: float = 1500.0
+    faux_latencies_ms: tuple[float, ...] = (0.0, 200.0)
+
+    @property
+    def in_flight(self) -> int:
+        """Decisions the worker process can hold in flight at once."""
+        return self.chunk_size * self.pool_threads
+
+    def quick(self) -> BenchConfig:
+        """A smoke run: the same scenarios, a tenth of the work."""
+        return BenchConfig(
+            decisions_0ms=600,
+            decisions_200ms=1200,
+            warmup=100,
+            noop_tasks=500,
+            producer_jobs=10_000,
+            latency_run_s=1.5,
+            rss_in_flight=self.rss_in_flight,
+            rss_latency_ms=self.rss_latency_ms,
+        )
