@@ -14,6 +14,7 @@ from shared.streams import follow_stream, read_stream
 from worker.cli.console import console, err_console
 from worker.cli.jsonl import read_jobs
 from worker.judgments import judgment_checker
+from worker.judgments.dryrun import print_report, report_json, worker_prices
 from worker.menus.submit import job_checker
 from worker.providers import ProviderRegistry
 from worker.runtimes import RuntimeRegistry
@@ -35,8 +36,18 @@ def register(app: typer.Typer) -> None:
         timeout: float | None = typer.Option(
             None, "--timeout", help="give up waiting after this many s"
         ),
+        dry_run: bool = typer.Option(
+            False, "--dry-run", help="validate and estimate requests and cost; send nothing"
+        ),
+        price: list[str] = typer.Option(
+            [], "--price", help="PROVIDER=USD per million input tokens, or PROVIDER=USD/request"
+        ),
+        as_json: bool = typer.Option(False, "--json", help="with --dry-run: print JSON"),
     ) -> None:
-        """Validate a batch and enqueue it to DECISIONS_BROKER_URL; invalid lines are rejected."""
+        """Validate a batch and enqueue it to DECISIONS_BROKER_URL; invalid lines are rejected.
+
+        The batch's estimate (requests after packing, cost per provider) is stored for
+        ``decisions ledger status --batch``; ``--dry-run`` prints it and sends nothing."""
         settings = get_settings()
         providers = ProviderRegistry.from_settings(settings)
         checker = judgment_checker(
@@ -44,6 +55,15 @@ def register(app: typer.Typer) -> None:
         )
         client = Client(settings, checker=checker)
         jobs = read_jobs(file)
+        estimate = client.estimate(
+            jobs, reply_to=reply_to, prices=worker_prices(settings, price)
+        )
+        if dry_run:
+            if as_json:
+                typer.echo(report_json(estimate))
+            else:
+                print_report(estimate, console, err_console)
+            return
         report = client.submit_batch(jobs, reply_to=reply_to, chunk_size=chunk_size)
         console.print(
             f"submitted {len(report.job_ids)} job(s) in {report.messages} message(s) to "
