@@ -10,6 +10,7 @@ from rich.table import Table
 
 from shared.settings import get_settings
 from worker.cli.console import console
+from worker.judgments.progress import add_estimate_rows, estimate_json, stored_estimate
 from worker.ledger import Ledger
 
 __all__ = ["register"]
@@ -32,10 +33,14 @@ def status(
     batch: str | None = typer.Option(None, "--batch", help="one batch only"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
 ) -> None:
-    """Jobs by outcome, calls by state, cost by basis."""
+    """Jobs by outcome, calls by state, cost by basis (with --batch: against its estimate)."""
     figures = _ledger().status(batch)
+    estimate = stored_estimate(get_settings(), batch) if batch else None
     if as_json:
-        typer.echo(json.dumps(_as_dict(figures), indent=2, sort_keys=True, default=str))
+        body = _as_dict(figures)
+        if batch:
+            body["estimate"] = estimate_json(estimate)
+        typer.echo(json.dumps(body, indent=2, sort_keys=True, default=str))
         return
     table = Table(title=f"ledger{f' - batch {batch}' if batch else ''}")
     table.add_column("what")
@@ -54,6 +59,8 @@ def status(
     for basis, cost in sorted(figures.cost_by_basis.items()):
         shown = "unknown" if cost is None else f"${cost:.6f}"
         table.add_row(f"cost {basis}", shown)
+    if batch:
+        add_estimate_rows(table, figures, estimate)
     console.print(table)
 
 
