@@ -22,7 +22,7 @@ from shared.settings import Settings
 from worker.faux import FauxChatBehaviour, FauxChatReply, FauxProvider
 from worker.handlers import load_handlers
 from worker.ledger import Ledger
-from worker.ledger.models import calls
+from worker.ledger.models import calls, jobs
 from worker.menus import MenuRunner
 from worker.providers import ProviderRegistry
 from worker.runner import Runner
@@ -159,6 +159,12 @@ class Harness:
                 .where((calls.c.job_id == job_id) & (calls.c.status == "claimed"))
                 .values(lease_expires=past)
             )
+
+    def pass_deadline(self, job_id: str) -> None:
+        """Time passes: the job's deadline (as the ledger keeps it) is behind us."""
+        past = datetime.now(UTC) - timedelta(seconds=1)
+        with self.ledger.engine.begin() as conn:
+            conn.execute(sa.update(jobs).where(jobs.c.job_id == job_id).values(deadline=past))
 
     # --- scripting the model -------------------------------------------------------------
 

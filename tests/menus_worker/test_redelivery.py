@@ -107,6 +107,23 @@ async def test_redelivery_at_each_boundary(
     assert len(harness.published(job_id)) == 1
 
 
+async def test_redelivered_after_the_deadline_a_stored_pick_stands_and_nothing_new_runs(
+    harness: Harness,
+) -> None:
+    job = plain(harness, "late-handler")
+    harness.crash_at = ("after_record", "pick.0")
+    with pytest.raises(Crash):
+        await harness.run(job)
+    harness.pass_deadline("late-handler")
+    assert await harness.run(job) == "escalation"
+    message = harness.terminal("late-handler")
+    assert isinstance(message, EscalationMessage)
+    assert message.reason == "deadline_exceeded"
+    assert message.detail == "the deadline passed before handler; t_refund was not run"
+    assert [(r.step, r.replayed) for r in message.receipts] == [("pick.0", True)]
+    assert harness.model_calls("late-handler") == {"pick.0": 1} and handlers.RUNS == []
+
+
 async def test_a_model_call_claimed_and_left_escalates_decision_interrupted(
     harness: Harness,
 ) -> None:

@@ -247,7 +247,7 @@ class _MenuRun:
         except DecisionProviderError as exc:
             return _End(self.escalate("provider_error", str(exc), step=step))
         if _now() >= self.deadline:
-            late = await self.late(step, "the model call")
+            late = await self.late(step, "the model call was not made")
             if isinstance(late, _End):
                 return late
             return await self.settle_model(step, late)
@@ -377,7 +377,7 @@ class _MenuRun:
         if earlier is not None and earlier.status != "not_sent":
             row: CallRow = earlier
             return row
-        detail = f"the deadline passed before {step}; {what} was not made"
+        detail = f"the deadline passed before {step}; {what}"
         return _End(self.escalate("deadline_exceeded", detail, step=step))
 
     # --- a handler's own model calls ---------------------------------------------------------
@@ -446,7 +446,7 @@ class _MenuRun:
     ) -> CallRow | _End | None:
         """Claim a tool or handler run; ``None`` when this delivery may run it now."""
         if _now() >= self.deadline:
-            return await self.late(step, f"{name} was not run, and")
+            return await self.late(step, f"{name} was not run")
         claim = await self.db(
             self.ledger.claim,
             job_id=self.job.id,
