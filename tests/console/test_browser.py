@@ -6,6 +6,8 @@ browser; every page is screenshotted into the test's output directory."""
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 import redis
+from PIL import Image
 
 from shared.client import Client
 from shared.escalations import EscalationQueue
@@ -77,8 +80,20 @@ MENU_JOB: dict[str, Any] = {
     "timeout_s": 30,
 }
 
+
+def photo() -> str:
+    """A small PNG as a data: URL, as a producer might put a picture in a state."""
+    image = Image.new("RGB", (96, 64), (31, 78, 121))
+    for x in range(0, 96, 12):
+        for y in range(0, 64, 16):
+            image.putpixel((x, y), (255, 200, 0))
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode()
+
+
 JOBS = [
-    decide("e2e-refused", {"body": "Where is my refund?", "customer": "Ana"}),
+    decide("e2e-refused", {"body": "Where is my refund?", "customer": "Ana", "photo": photo()}),
     decide("e2e-low", {"body": "Can I get a quote for 40 seats?"}, floor=0.9999),
     decide("e2e-xss", {"body": XSS_BODY, "html": "<h1 id=injected>big</h1>"}, floor=0.9999),
     decide("e2e-lost", {"body": "The export times out."}),
@@ -162,7 +177,7 @@ class Reviewer:
         assert "/login" in self.page.url
         self.page.fill("input[name=username]", self.name)
         self.page.fill("input[name=password]", password or PASSWORDS[self.name])
-        self.page.click("button:has-text('Log in')")
+        self.submit("Log in")
 
     def shot(self, name: str) -> Path:
         path = self.fleet.shots / f"{name}.png"
@@ -174,11 +189,17 @@ class Reviewer:
 
     def open(self, job_id: str) -> None:
         self.go("/escalations")
-        self.row(job_id).locator("button:has-text('Open'), button:has-text('Continue')").click()
+        with self.page.expect_navigation():
+            self.row(job_id).locator("button:has-text('Open'), button:has-text('Continue')").click()
         self.page.wait_for_selector("h1:has-text('job')")
 
+    def submit(self, button: str) -> None:
+        """Click a form's button and wait for the page it leads to."""
+        with self.page.expect_navigation():
+            self.page.click(f"button:has-text('{button}')")
+
     def publish(self) -> None:
-        self.page.click("button:has-text('Publish resolution')")
+        self.submit("Publish resolution")
 
 
 @pytest.fixture
@@ -223,18 +244,18 @@ def test_log_in_and_see_the_queue_oldest_first(browser: Any, fleet: Fleet) -> No
         visitor.shot("01-login")
         visitor.page.fill("input[name=username]", "ann")
         visitor.page.fill("input[name=password]", "wrong")
-        visitor.page.click("button:has-text('Log in')")
+        visitor.submit("Log in")
         assert visitor.page.locator(".error").inner_text() == "Wrong name or password."
         visitor.page.fill("input[name=username]", "ann")
         visitor.page.fill("input[name=password]", PASSWORDS["ann"])
-        visitor.page.click("button:has-text('Log in')")
+        visitor.submit("Log in")
         assert visitor.page.url.endswith("/escalations")
         rows = visitor.page.locator("table.list tbody tr code").all_inner_texts()
         expected = [i.message.job_id for i in EscalationQueue(fleet.redis).open()]
         assert rows == expected and set(rows) == ESCALATED
         visitor.shot("02-escalations")
         visitor.page.select_option("select[name=reason]", "low_confidence")
-        visitor.page.click("button:has-text('Filter')")
+        visitor.submit("Filter")
         filtered = visitor.page.locator("table.list tbody tr code").all_inner_texts()
         assert sorted(filtered) == ["e2e-low", "e2e-xss"]
     finally:
@@ -249,6 +270,11 @@ def test_claim_answer_and_see_the_resolution_on_the_reply_stream(
     team = ann.page.locator("fieldset#q1")
     assert "needs your answer" in team.inner_text()
     assert "Payments and refunds" in team.inner_text()
+    # The state's picture is shown (a data: URL the page's policy allows) and has loaded.
+    picture = ann.page.locator(".images img")
+    assert picture.count() == 1
+    assert picture.evaluate("img => [img.complete, img.naturalWidth]") == [True, 96]
+    assert "state.photo" in ann.page.locator(".images figcaption").inner_text()
     ann.shot("03-escalation-refused")
 
     # Tamper with the form in the browser: an option the question does not have.
@@ -283,7 +309,8 @@ def test_a_second_reviewer_cannot_claim_what_the_first_holds(
         row = bob.row("e2e-low")
         assert "ann" in row.inner_text()
         assert row.locator("button").count() == 0  # no claim button: a link to look only
-        row.locator("a:has-text('View')").click()
+        with bob.page.expect_navigation():
+            row.locator("a:has-text('View')").click()
         assert "Held by ann" in bob.page.locator(".held").inner_text()
         assert bob.page.locator("button:has-text('Publish resolution')").count() == 0
         bob.shot("05-held-by-another")
@@ -323,7 +350,7 @@ def test_an_interrupted_call_needs_every_answer_and_release_returns_it(
 ) -> None:
     ann.open("e2e-lost")
     assert ann.page.locator(".req").count() == 3
-    ann.page.click("button:has-text('Release to the queue')")
+    ann.submit("Release to the queue")
     assert holder_of(fleet, "e2e-lost") is None
     ann.open("e2e-lost")
     ann.page.check("fieldset#q0 input[value=false]")
@@ -390,7 +417,8 @@ def test_the_batch_pages_show_progress_cost_and_the_unknown_call(
         assert cells[1:6] == ["9", "0", "4", "5", "0"]
         assert "no estimate" in cells[-1]
         rita.shot("10-batches")
-        row.locator("a").click()
+        with rita.page.expect_navigation():
+            row.locator("a").click()
         page = rita.page
         assert page.locator("svg.chart polyline").count() >= 3
         unknown = page.locator("section", has_text="Unknown calls")

@@ -3,6 +3,8 @@ logins and roles, CSRF on every form, escaping, no secrets, answers checked and 
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import re
 from collections.abc import Iterator
@@ -10,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
+from PIL import Image
 
 from shared.escalations import EscalationQueue
 from shared.streams import read_stream
@@ -181,6 +184,20 @@ def test_a_state_carrying_script_and_html_renders_as_text(
     assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in detail
     assert "&lt;iframe src=//evil.example&gt;" in detail
     assert "&lt;b&gt;job&lt;/b&gt;" in pages[0].text
+
+
+def test_a_states_images_are_shown_and_nothing_else_is_turned_into_one(
+    r: redis.Redis, visitors: dict[str, Visitor]
+) -> None:
+    picture = io.BytesIO()
+    Image.new("RGB", (8, 8), (0, 128, 0)).save(picture, format="PNG")
+    good = "data:image/png;base64," + base64.b64encode(picture.getvalue()).decode()
+    svg = "data:image/svg+xml;base64," + base64.b64encode(b"<svg onload=alert(1)/>").decode()
+    publish(r, refused_escalation("j1", state={"photo": good, "drawing": svg}))
+    page = logged_in(visitors, "ann").get(f"/escalations/{only_entry(r)}")
+    images = re.findall(r'<img src="(data:[^"]+)"', page.text)
+    assert images == [good]
+    assert "img-src 'self' data:" in page.headers["content-security-policy"]
 
 
 def test_no_key_secret_or_password_hash_is_ever_shown(
