@@ -19,11 +19,11 @@ from rich.tree import Tree
 from shared.settings import get_settings
 from worker.cli.console import console, err_console
 from worker.ledger import CallRow, JobRow, Ledger
+from worker.menus import HANDLER_PROVIDER
 
 __all__ = ["Node", "build_tree", "register"]
 
 HEAD_CHARS = 90
-HANDLER_PROVIDER = "handler"
 
 
 @dataclass
