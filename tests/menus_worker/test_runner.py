@@ -3,11 +3,16 @@ every model call and the handlers counting every run."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from shared.replies import EscalationMessage, RejectedMessage, ResultMessage
+from shared.settings import ChatHost
 from tests.menus_worker import handlers
 from tests.menus_worker.support import OPTIONS, Harness, menu_job
+from tests.providers.loopback import LoopbackServer, Reply
 from worker.faux import FauxBehaviour, FauxChatReply, FauxToolCall
 from worker.menus import check_menu_answer
 
@@ -243,3 +248,27 @@ async def test_a_job_past_its_deadline_sends_nothing(harness: Harness) -> None:
     assert await harness.run(menu_job("late", deadline="2000-01-01T00:00:00Z")) == "escalation"
     assert escalation_of(harness, "late").reason == "deadline_exceeded"
     assert harness.faux.total() == 0
+
+
+async def test_the_key_never_reaches_a_message_the_ledger_or_a_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    canary = "sk-menus-canary-0c7f2e"
+    monkeypatch.setenv("MENUS_CANARY_KEY", canary)
+    completion = {
+        "id": "gen-1",
+        "choices": [{"finish_reason": "stop", "message": {"content": '{"call": "close"}'}}],
+    }
+    failing = Reply(status=401, body={"error": {"type": canary}})  # a host that echoes it
+    async with LoopbackServer(Reply(body=completion), failing) as server:
+        host = ChatHost(base_url=server.url, key_env="MENUS_CANARY_KEY", default_model="m")
+        harness = Harness.create(tmp_path, chat_hosts={"loop": host})
+        assert await harness.run(menu_job("s1", runtime={"provider": "loop"})) == "result"
+        assert await harness.run(menu_job("s2", runtime={"provider": "loop"})) == "escalation"
+    assert f"bearer {canary}" in server.heads[0].decode().lower()
+    assert all(canary not in m.message for m in harness.sink.snapshot())
+    for job_id in ("s1", "s2"):
+        for call in harness.ledger.calls(job_id):
+            assert canary not in f"{call.receipt_json}{call.outcome_json}{call.error_code}"
+    out = capsys.readouterr()
+    assert canary not in out.out + out.err
