@@ -1,0 +1,108 @@
+"""A worker dies between two packed requests of a sift job: the ledger holds ``sift.0``
+answered and ``sift.1`` claimed, never recorded. The job's next delivery replays ``sift.0``,
+books ``sift.1`` unknown without sending it (its items are reported interrupted), and sends
+each later request once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from shared.replies import EscalationMessage, parse_reply
+from tests.judgments.support import PARALLEL_TEST_KEY, settings_for, sift_job
+from worker import context
+from worker.embedded import run_batch
+from worker.faux import FauxServer
+from worker.ledger import Claim, Ledger
+from worker.ledger.models import calls
+from worker.providers import ProviderRegistry
+from worker.runner import Runner
+from worker.sinks import MemorySink
+
+
+class Crash(BaseException):
+    """The worker died here (a BaseException: no ``except Exception`` stops it)."""
+
+
+class DiesAfterClaiming(Ledger):
+    """A ledger whose process dies right after the claim of ``step`` committed."""
+
+    step = "sift.1"
+
+    def claim(self, **kwargs: Any) -> Claim:
+        claim = super().claim(**kwargs)
+        if kwargs["step"] == self.step:
+            raise Crash(f"killed after claiming {self.step}")
+        return claim
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FauxServer]:
+    monkeypatch.setenv("PARALLEL_API_KEY", PARALLEL_TEST_KEY)
+    with FauxServer() as running:
+        yield running
+    context.configure()
+
+
+def expire_leases(ledger: Ledger, job_id: str) -> None:
+    """Time passes beyond the dead delivery's leases (the job's deadline still ahead)."""
+    with ledger.engine.begin() as conn:
+        conn.execute(
+            sa.update(calls)
+            .where((calls.c.job_id == job_id) & (calls.c.status == "claimed"))
+            .values(lease_expires=datetime.now(UTC) - timedelta(seconds=1))
+        )
+
+
+def test_a_crash_between_packed_requests_repeats_none_of_them(
+    tmp_path: Path, server: FauxServer
+) -> None:
+    settings = settings_for(tmp_path, server.url)
+    job = sift_job("crashy", [f"message {i:04d}" for i in range(350)], provider="parallel")
+    ledger = DiesAfterClaiming.from_settings(settings)
+    ledger.migrate()
+    runner = Runner(
+        settings=settings, ledger=ledger, providers=ProviderRegistry.from_settings(settings),
+        sink=MemorySink(),
+    )
+    with pytest.raises(Crash):
+        asyncio.run(runner.run_one(job))
+    assert server.provider.calls() == {"crashy/sift.0": 1}
+    assert {c.step: c.status for c in ledger.calls("crashy")} == {
+        "sift.0": "answered", "sift.1": "claimed",
+    }
+    expire_leases(ledger, "crashy")
+
+    summary = run_batch([job], settings=settings, out_dir=tmp_path / "out", timeout_s=60)
+
+    assert server.provider.calls() == {"crashy/sift.0": 1, "crashy/sift.2": 1, "crashy/sift.3": 1}
+    assert summary.requests_sent == 2
+    statuses = {c.step: (c.status, c.error_code) for c in Ledger.from_settings(settings).calls(
+        "crashy"
+    )}
+    assert statuses == {
+        "sift.0": ("answered", None),
+        "sift.1": ("unknown", "lease_expired"),
+        "sift.2": ("answered", None),
+        "sift.3": ("answered", None),
+    }
+    [line] = (tmp_path / "out" / "escalations.jsonl").read_text().splitlines()
+    reply = parse_reply(line)
+    assert isinstance(reply, EscalationMessage) and reply.reason == "decision_interrupted"
+    assert reply.items is not None and len(reply.items) == 350
+    interrupted = [i.index for i in reply.items if i.status == "interrupted"]
+    assert interrupted == list(range(100, 200))
+    assert all(i.keep is None and i.probability is None for i in reply.items[100:200])
+    assert all(i.status == "decided" and i.keep is not None
+               for i in reply.items[:100] + reply.items[200:])
+    receipts = {r.step: r for r in reply.receipts}
+    assert receipts["sift.0"].replayed and not receipts["sift.2"].replayed
+    assert receipts["sift.1"].status == "unknown"
+    # What a reviewer answers: the interrupted items' questions are all there.
+    assert {f"item.{i}" for i in interrupted} <= set(reply.context["questions"])
