@@ -1,5 +1,5 @@
 """Helpers of the fleet tests: a worker process of one's own, scraping its metrics port,
-steering the faux server. Redis database 15 is this suite's (flushed before and after)."""
+steering the faux server, a flushed database of the suite's own redis-server."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import redis
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.ownservers import OwnRedis
 from tests.support.processes import DECISIONS, wait_log
 
-__all__ = ["REDIS_DB", "Samples", "patch_faux", "scrape", "total", "value", "worker"]
-
-REDIS_DB = 15
+__all__ = ["Samples", "flushed", "patch_faux", "scrape", "total", "value", "worker"]
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -79,3 +79,15 @@ def worker(
                 proc.wait(timeout=10)
         with suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+@contextmanager
+def flushed(server: OwnRedis, db: int = 0) -> Iterator[tuple[redis.Redis, str]]:
+    """A client of ``db`` on ``server`` and its URL, emptied before and after."""
+    client = redis.Redis.from_url(server.url(db))
+    client.flushdb()
+    try:
+        yield client, server.url(db)
+    finally:
+        client.flushdb()
+        client.close()

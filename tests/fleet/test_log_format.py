@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.fleet.support import REDIS_DB
+from tests.fleet.support import flushed
+from tests.support.ownservers import OwnRedis
 from tests.support.processes import DECISIONS, decisions_env
-from tests.support.services import redis_database, redis_url
 
 pytestmark = pytest.mark.integration
 
@@ -36,11 +36,13 @@ def read_until(fd: int, needle: bytes, proc: subprocess.Popen[bytes], timeout_s:
     return seen
 
 
-def test_a_worker_on_a_terminal_writes_console_lines(tmp_path: Path) -> None:
-    with redis_database(REDIS_DB):
+def test_a_worker_on_a_terminal_writes_console_lines(
+    tmp_path: Path, redis_server: OwnRedis
+) -> None:
+    with flushed(redis_server) as (_r, url):
         env = decisions_env(
-            broker_url=redis_url(REDIS_DB),
-            redis_url=redis_url(REDIS_DB),
+            broker_url=url,
+            redis_url=url,
             ledger_url=f"sqlite:///{tmp_path / 'ledger.db'}",
         )
         main, child = pty.openpty()

@@ -1,7 +1,7 @@
 """A worker watched as an operator watches one: its Prometheus port scraped, its JSON log read,
 ``celery inspect``, ``decisions status`` and Flower pointed at it.
 
-One real ``decisions worker`` (prefork, two pool processes) on Redis database 15, a
+One real ``decisions worker`` (prefork, two pool processes) on the suite's own Redis, a
 PostgreSQL schema of its own and a ``decisions faux serve`` process, for the whole module:
 figures are compared before and after each test, never as absolute counts.
 """
@@ -26,10 +26,11 @@ from shared import keys
 from shared.client import Client
 from shared.settings import Settings
 from shared.streams import read_stream
-from tests.fleet.support import REDIS_DB, Samples, patch_faux, scrape, total, value, worker
+from tests.fleet.support import Samples, flushed, patch_faux, scrape, total, value, worker
 from tests.support.fleet import decide_job, wait_until
+from tests.support.ownservers import OwnRedis
 from tests.support.processes import DECISIONS, decisions_env, faux_server, stop, wait_http
-from tests.support.services import free_port, postgres_schema, redis_database, redis_url
+from tests.support.services import free_port, postgres_schema
 from worker.ledger import SENT_STATUSES, Ledger
 
 pytestmark = pytest.mark.integration
@@ -65,10 +66,10 @@ class Rig:
 
 
 @pytest.fixture(scope="module")
-def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+def rig(tmp_path_factory: pytest.TempPathFactory, redis_server: OwnRedis) -> Iterator[Rig]:
     logs = tmp_path_factory.mktemp("observability")
     with (
-        redis_database(REDIS_DB) as r,
+        flushed(redis_server) as (r, url),
         postgres_schema("fleet") as ledger_url,
         faux_server(log=logs / "faux.log") as faux_url,
     ):
@@ -77,8 +78,8 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         port = free_port()
         canary_host = {"base_url": f"{faux_url}/api", "key_env": "CANARY_API_KEY"}
         env = decisions_env(
-            broker_url=redis_url(REDIS_DB),
-            redis_url=redis_url(REDIS_DB),
+            broker_url=url,
+            redis_url=url,
             ledger_url=ledger_url,
             faux_url=faux_url,
             metrics_port=str(port),
@@ -91,9 +92,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         env["CANARY_API_KEY"] = CANARY_KEY
         env["OPENROUTER_API_KEY"] = CANARY_KEY
         log = logs / "worker.log"
-        settings = Settings(
-            broker_url=redis_url(REDIS_DB), redis_url=redis_url(REDIS_DB), ledger_url=ledger_url
-        )
+        settings = Settings(broker_url=url, redis_url=url, ledger_url=ledger_url)
         with worker(env, log, f"--hostname={HOSTNAME}"):
             yield Rig(r, faux_url, ledger_url, port, env, log, settings)
 

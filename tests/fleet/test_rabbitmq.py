@@ -19,11 +19,12 @@ import kombu
 import pytest
 
 from tests.fleet.rabbitmq import RabbitFleet, rabbitmq_vhost
-from tests.fleet.support import REDIS_DB
+from tests.fleet.support import flushed
 from tests.support.checker import Figures
 from tests.support.fleet import profile
+from tests.support.ownservers import OwnRedis
 from tests.support.processes import DECISIONS, faux_server
-from tests.support.services import postgres_schema, redis_database, redis_url
+from tests.support.services import postgres_schema
 from worker.faults import FAULT_POINTS
 from worker.ledger import Ledger
 
@@ -54,10 +55,14 @@ def faux_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def crew(
-    request: pytest.FixtureRequest, vhost: str, faux_url: str, tmp_path: Path
+    request: pytest.FixtureRequest,
+    vhost: str,
+    faux_url: str,
+    tmp_path: Path,
+    redis_server: OwnRedis,
 ) -> Iterator[RabbitFleet]:
     _purge(vhost)
-    with redis_database(REDIS_DB) as r, postgres_schema("rabbit") as ledger_url:
+    with flushed(redis_server) as (r, url), postgres_schema("rabbit") as ledger_url:
         with Ledger(ledger_url) as ledger:
             ledger.migrate()
         httpx.put(f"{faux_url}/_faux/behaviour", content="{}", timeout=10).raise_for_status()
@@ -69,7 +74,7 @@ def crew(
             logs=tmp_path,
             settings=profile(3),
             r=r,
-            redis_url=redis_url(REDIS_DB),
+            redis_url=url,
         )
         try:
             yield fleet

@@ -15,11 +15,12 @@ import pytest
 from shared.client import Client
 from shared.settings import Settings
 from shared.streams import read_stream
-from tests.fleet.support import REDIS_DB, patch_faux, worker
+from tests.fleet.support import flushed, patch_faux, worker
 from tests.support.checker import check
 from tests.support.fleet import decide_job, wait_until
+from tests.support.ownservers import OwnRedis
 from tests.support.processes import decisions_env, faux_server
-from tests.support.services import free_port, postgres_schema, redis_database, redis_url
+from tests.support.services import free_port, postgres_schema
 from worker.app import create_app
 from worker.ledger import Ledger
 from worker.metrics import ledger_gauges, queue_depth
@@ -32,9 +33,11 @@ LATENCY_MS = 3000
 GRACE_S = 30
 
 
-def test_sigterm_finishes_the_calls_in_flight_and_leaves_the_rest_queued(tmp_path: Path) -> None:
+def test_sigterm_finishes_the_calls_in_flight_and_leaves_the_rest_queued(
+    tmp_path: Path, redis_server: OwnRedis
+) -> None:
     with (
-        redis_database(REDIS_DB) as r,
+        flushed(redis_server) as (r, url),
         postgres_schema("shutdown") as ledger_url,
         faux_server(log=tmp_path / "faux.log") as faux_url,
     ):
@@ -42,17 +45,15 @@ def test_sigterm_finishes_the_calls_in_flight_and_leaves_the_rest_queued(tmp_pat
             ledger.migrate()
         port = free_port()
         env = decisions_env(
-            broker_url=redis_url(REDIS_DB),
-            redis_url=redis_url(REDIS_DB),
+            broker_url=url,
+            redis_url=url,
             ledger_url=ledger_url,
             faux_url=faux_url,
             worker_concurrency="2",
             metrics_port=str(port),
             metrics_addr="127.0.0.1",
         )
-        settings = Settings(
-            broker_url=redis_url(REDIS_DB), redis_url=redis_url(REDIS_DB), ledger_url=ledger_url
-        )
+        settings = Settings(broker_url=url, redis_url=url, ledger_url=ledger_url)
         jobs = [decide_job(f"shutdown-{i}") for i in range(6)]
         patch_faux(faux_url, {"latency_ms": LATENCY_MS})
         ledger = Ledger(ledger_url)
