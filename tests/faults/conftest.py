@@ -1,8 +1,11 @@
 """Fixtures of the fault suite: one faux server per session, a fleet per test.
 
-Redis database 12 of the shared Redis holds each test's broker queue and streams (flushed
-before and after); each test has its own PostgreSQL schema; scenarios that restart a server
-start their own. The figures every scenario reports are printed at the end of the run.
+The broker and reply streams live on a private ``redis-server`` started for the session
+(database 12, flushed before and after each test), not on the shared Redis: the Celery queue
+name is fixed, so two runs of this suite at once (two engineers' ``make test``) on one shared
+database would run each other's jobs and flush each other's queues. Each test has its own
+PostgreSQL schema on the shared server; scenarios that restart a server start their own.
+The figures every scenario reports are printed at the end of the run.
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from tests.support.checker import Figures
 from tests.support.fleet import Fleet, fleet, profile
+from tests.support.ownservers import OwnRedis, own_redis
 from tests.support.processes import faux_server
-from tests.support.services import postgres_schema, redis_database, redis_url
+from tests.support.services import postgres_schema
 
 REDIS_DB = 12
 
@@ -33,11 +38,29 @@ def faux_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="session")
+def session_redis() -> Iterator[OwnRedis]:
+    with own_redis() as server:
+        yield server
+
+
+@pytest.fixture
+def broker(session_redis: OwnRedis) -> Iterator[redis.Redis]:
+    """Database 12 of the session's redis-server, empty before and after the test."""
+    client = redis.Redis.from_url(session_redis.url(REDIS_DB))
+    client.flushdb()
+    try:
+        yield client
+    finally:
+        client.flushdb()
+        client.close()
+
+
 @pytest.fixture
 def new_fleet(
-    request: pytest.FixtureRequest, tmp_path: Path, faux_url: str
+    tmp_path: Path, faux_url: str, session_redis: OwnRedis, broker: redis.Redis
 ) -> Iterator[FleetFactory]:
-    """Make a fleet: shared Redis db 12 and a fresh schema unless a test brings its own."""
+    """Make a fleet: the session's Redis and a fresh schema unless a test brings its own."""
     with ExitStack() as stack:
 
         def make(
@@ -49,8 +72,7 @@ def new_fleet(
             r: Any = None,
         ) -> Fleet:
             if broker_url is None:
-                r = stack.enter_context(redis_database(REDIS_DB))
-                broker_url = redis_url(REDIS_DB)
+                r, broker_url = broker, session_redis.url(REDIS_DB)
             if ledger_url is None:
                 ledger_url = stack.enter_context(postgres_schema("faults"))
             return stack.enter_context(

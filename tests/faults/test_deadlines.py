@@ -40,7 +40,7 @@ def test_a_job_dequeued_after_its_deadline_sends_nothing(
         keys.RUN_JOBS_TASK, kwargs={"jobs": [expired]}, queue=keys.CELERY_QUEUE
     )
     pairs = crew.pairs([*submitted.job_ids, expired["id"]])
-    assert not crew.wait_for(pairs, timeout_s=30)
+    crew.expect_replies(pairs, timeout_s=30)
     figures = report(crew.check(pairs, reap=False))
     for job in [*backlog, expired]:
         assert figures.outcomes[job["id"]] == "escalation:deadline_exceeded"
@@ -68,7 +68,7 @@ def test_the_job_deadline_cuts_a_slow_request_short_of_the_provider_timeout(
     submitted_at = datetime.now(UTC)
     crew.submit([job])
     pairs = crew.pairs([job["id"]])
-    assert not crew.wait_for(pairs, timeout_s=25)
+    crew.expect_replies(pairs, timeout_s=25)
     figures = report(crew.check(pairs, reap=False))
     assert figures.outcomes[job["id"]] == "escalation:decision_interrupted"
     assert figures.call_states[job["id"]] == ["unknown"]  # it was in flight: never again
@@ -92,7 +92,7 @@ def test_the_provider_timeout_cuts_a_request_short_of_the_job_deadline(
     crew.start_worker()
     crew.submit([job])
     pairs = crew.pairs([job["id"]])
-    assert not crew.wait_for(pairs, timeout_s=25)
+    crew.expect_replies(pairs, timeout_s=25)
     figures = report(crew.check(pairs, reap=False))
     assert figures.outcomes[job["id"]] == "escalation:decision_interrupted"
     assert figures.call_states[job["id"]] == ["unknown"]

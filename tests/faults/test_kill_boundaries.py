@@ -51,7 +51,7 @@ def test_kill_9_at_a_boundary_then_a_new_worker(
 
     crew.start_worker()
     pairs = crew.pairs(submitted.job_ids)
-    crew.wait_for(pairs, timeout_s=60)
+    crew.expect_replies(pairs, timeout_s=60)
     figures = report(crew.check(pairs))
 
     outcome, requests, state = EXPECTED[point]
@@ -76,7 +76,7 @@ def test_kill_9_while_the_request_is_in_flight(
 
     crew.start_worker()
     pairs = crew.pairs(submitted.job_ids)
-    crew.wait_for(pairs, timeout_s=60)
+    crew.expect_replies(pairs, timeout_s=60)
     figures = report(crew.check(pairs))
 
     assert figures.outcomes[target] == "escalation:decision_interrupted"

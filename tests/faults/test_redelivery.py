@@ -39,7 +39,7 @@ def test_the_same_message_delivered_twice_at_once(
             keys.RUN_JOBS_TASK, kwargs={"jobs": [body]}, queue=keys.CELERY_QUEUE, task_id=task_id
         )
     pairs = crew.pairs([job["id"]])
-    assert not crew.wait_for(pairs, timeout_s=30)
+    crew.expect_replies(pairs, timeout_s=30)
     # Both deliveries ran to their end: the second waited out the first, sent nothing.
     def logs() -> str:
         return "".join(w.text() for w in running)
@@ -65,7 +65,7 @@ def test_a_short_visibility_timeout_redelivers_a_running_job(
     crew.wait_counted([job["id"]])
     other = crew.start_worker(**sweeper)
     pairs = crew.pairs(submitted.job_ids)
-    assert not crew.wait_for(pairs, timeout_s=60)
+    crew.expect_replies(pairs, timeout_s=60)
     assert holder.alive()
     assert "decisions.run_jobs" in other.text() and " received" in other.text(), (
         "the sweeping worker never got the redelivered message:\n" + other.text()[-2000:]

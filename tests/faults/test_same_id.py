@@ -59,7 +59,7 @@ def test_two_producers_submit_the_same_job_ids_at_once(
 
     ids = [j["id"] for j in jobs]
     pairs = sorted({*crew.pairs(ids), *crew.pairs(ids, stream_b)})
-    assert not crew.wait_for(pairs, timeout_s=60)
+    crew.expect_replies(pairs, timeout_s=60)
     figures = report(crew.check(pairs, reap=False))
     assert all(figures.requests_by_job[i] == 1 for i in ids)
     assert figures.results == len(pairs)
@@ -83,7 +83,7 @@ def test_a_conflicting_body_under_the_same_id_is_rejected_naming_id(
         ],
     )
     pairs = [(job["id"], crew.stream), (job["id"], stream_b)]
-    assert not crew.wait_for(pairs, timeout_s=60)
+    crew.expect_replies(pairs, timeout_s=60)
     figures = report(crew.check(pairs, reap=False))
     assert figures.requests_by_job[job["id"]] == 1
     # Whichever body opened the job first is answered; the other producer is told why not.

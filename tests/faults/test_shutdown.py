@@ -34,10 +34,10 @@ def test_warm_shutdown_lets_requests_in_flight_finish_and_records_them(
     first.signal(signal.SIGTERM)
     assert first.wait_exit(30) == 0, first.text()[-2000:]
     # Finished, recorded and published before the worker exited.
-    assert not crew.wait_for(crew.pairs(in_flight), timeout_s=0)
+    crew.expect_replies(crew.pairs(in_flight), timeout_s=0)
     crew.start_worker()
     pairs = crew.pairs(submitted.job_ids)
-    assert not crew.wait_for(pairs, timeout_s=60)
+    crew.expect_replies(pairs, timeout_s=60)
     figures = report(crew.check(pairs))
     for job_id in in_flight:
         assert figures.outcomes[job_id] == "result"
@@ -70,7 +70,7 @@ def test_cold_shutdown_leaves_requests_in_flight_unknown_and_escalated(
     first.wait_exit(30)
     crew.start_worker()
     pairs = crew.pairs(submitted.job_ids)
-    assert not crew.wait_for(pairs, timeout_s=60)
+    crew.expect_replies(pairs, timeout_s=60)
     figures = report(crew.check(pairs))
     for job_id in in_flight:
         assert figures.outcomes[job_id] == "escalation:decision_interrupted"

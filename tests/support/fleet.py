@@ -252,6 +252,24 @@ class Fleet:
             if not missing or time.monotonic() > until:
                 return missing
 
+    def expect_replies(self, pairs: Iterable[tuple[str, str]], timeout_s: float = 90) -> None:
+        """``wait_for``, failing with what the broker still holds if a job never replied."""
+        missing = self.wait_for(pairs, timeout_s)
+        assert not missing, (
+            f"{len(missing)} job(s) without a reply after {timeout_s} s: {sorted(missing)[:5]}; "
+            f"broker: {self.broker_state()}"
+        )
+
+    def broker_state(self) -> dict[str, object]:
+        """The Redis transport's bookkeeping: queued, delivered-unacked, the sweep's mutex."""
+        return {
+            "queued": self.r.llen(keys.CELERY_QUEUE),
+            "unacked": self.r.hlen("unacked"),
+            "unacked_index": self.r.zrange("unacked_index", 0, -1, withscores=True),
+            "unacked_mutex_ttl": self.r.ttl("unacked_mutex"),
+            "now": time.time(),
+        }
+
     def entries(self, stream: str | None = None) -> list[Any]:
         return list(read_stream(self.r, stream or self.stream))
 
