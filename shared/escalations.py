@@ -101,10 +101,16 @@ class EscalationQueue:
         """Every open escalation, oldest first, optionally of one reason or batch."""
         self._sync()
         pending: Any = self.redis.xpending_range(self.stream, self.group, "-", "+", 1_000_000)
-        found = []
+        # One round trip for every entry's body, not one per entry.
+        pipe = self.redis.pipeline(transaction=False)
         for item in pending:
             entry_id = _text(item["message_id"])
-            entry = self._entry(entry_id)
+            pipe.xrange(self.stream, min=entry_id, max=entry_id)
+        bodies: list[Any] = pipe.execute() if pending else []
+        found = []
+        for item, rows in zip(pending, bodies, strict=True):
+            entry_id = _text(item["message_id"])
+            entry = _decode(rows)
             if entry is None:
                 continue
             message, reply_to = entry
@@ -129,14 +135,7 @@ class EscalationQueue:
         raise EscalationNotFound(f"no open escalation {entry_id}")
 
     def _entry(self, entry_id: str) -> tuple[EscalationMessage, str] | None:
-        rows: Any = self.redis.xrange(self.stream, min=entry_id, max=entry_id)
-        if not rows:
-            return None
-        fields = {_text(k): _text(v) for k, v in rows[0][1].items()}
-        message = parse_reply(fields["message"])
-        if not isinstance(message, EscalationMessage):
-            return None
-        return message, fields.get("reply_to") or message.reply_to or ""
+        return _decode(self.redis.xrange(self.stream, min=entry_id, max=entry_id))
 
     # --- a reviewer's moves --------------------------------------------------------------
     def claim(
@@ -212,6 +211,17 @@ class EscalationQueue:
 def _check_reviewer(reviewer: str) -> None:
     if not reviewer or reviewer == QUEUE_CONSUMER:
         raise ValueError(f"reviewer name {reviewer!r} is reserved or empty")
+
+
+def _decode(rows: Any) -> tuple[EscalationMessage, str] | None:
+    """An escalation stream entry's message and the reply stream it came from."""
+    if not rows:
+        return None
+    fields = {_text(k): _text(v) for k, v in rows[0][1].items()}
+    message = parse_reply(fields["message"])
+    if not isinstance(message, EscalationMessage):
+        return None
+    return message, fields.get("reply_to") or message.reply_to or ""
 
 
 def _text(value: Any) -> str:
