@@ -134,9 +134,6 @@ class EscalationQueue:
                 return item
         raise EscalationNotFound(f"no open escalation {entry_id}")
 
-    def _entry(self, entry_id: str) -> tuple[EscalationMessage, str] | None:
-        return _decode(self.redis.xrange(self.stream, min=entry_id, max=entry_id))
-
     # --- a reviewer's moves --------------------------------------------------------------
     def claim(
         self, reviewer: str, *, reason: str | None = None, batch: str | None = None
