@@ -35,7 +35,7 @@ def estimate_table(estimate: Estimate, title: str) -> Table:
     for name, entry in sorted(estimate.by_provider.items()):
         table.add_row(
             name, str(entry.requests), str(entry.input_tokens), _usd(entry.cost_usd),
-            entry.basis, f"±{entry.accuracy:.0%}",
+            entry.basis, "-" if entry.cost_usd is None else f"±{entry.accuracy:.0%}",
         )
     total = _usd(estimate.cost_known_usd) + (" + unknown" if estimate.cost_unknown else "")
     table.add_section()
