@@ -111,6 +111,9 @@ class Runner:
         #: Runs menu jobs (``worker.menus``); set by the worker context.
         self.menus: MenuRunner | None = None
         self._judgments: JudgmentRunner | None = None
+        #: Blocking calls with an awaitable, batched stand-in (``worker.ledger.batch``: the
+        #: hot-path ledger writes, grouped into one transaction); set by the worker context.
+        self.batched: dict[Callable[..., Any], Callable[..., Any]] = {}
 
     @property
     def judgments(self) -> JudgmentRunner:
@@ -124,6 +127,9 @@ class Runner:
 
     async def _db(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
         # The ledger is synchronous SQLAlchemy; keep the loop free for requests in flight.
+        batched = self.batched.get(fn)
+        if batched is not None:
+            return await batched(**kwargs)
         return await asyncio.to_thread(fn, **kwargs)
 
     async def run_chunk(self, raws: list[Any]) -> list[str]:
