@@ -16,6 +16,8 @@ from typing import Any
 import redis
 import typer
 from kombu.utils.url import maybe_sanitize_url
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from rich.table import Table
 
 from shared.settings import get_settings
@@ -68,7 +70,10 @@ def read_status(timeout_s: float = 1.0) -> FleetStatus:
         status.unreachable["ledger"] = _why(exc)
     try:
         client = redis.Redis.from_url(
-            settings.redis_url, socket_timeout=timeout_s + 1, socket_connect_timeout=timeout_s + 1
+            settings.redis_url,
+            socket_timeout=timeout_s + 1,
+            socket_connect_timeout=timeout_s + 1,
+            retry=Retry(NoBackoff(), 0),
         )
         try:
             status.escalations = escalation_counts(client)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import redis
 import structlog
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from shared.settings import Settings
 from worker.ledger import Ledger
@@ -119,9 +121,12 @@ def _ledger_of(settings: Settings) -> Callable[[], Ledger]:
 def _redis_of(settings: Settings) -> Callable[[], redis.Redis]:
     @lru_cache(maxsize=1)
     def client() -> redis.Redis:
-        # Short timeouts: a scrape must answer even when Redis does not.
+        # Short timeouts, no retries: a scrape must answer even when Redis does not.
         return redis.Redis.from_url(
-            settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0
+            settings.redis_url,
+            socket_timeout=2.0,
+            socket_connect_timeout=2.0,
+            retry=Retry(NoBackoff(), 0),
         )
 
     return client

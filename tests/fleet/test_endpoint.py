@@ -1,0 +1,82 @@
+"""The metrics endpoint without a worker: probe answers through a warm shutdown, and fleet
+gauges that say a source is down instead of exporting a stale or invented 0."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import redis
+from prometheus_client.parser import text_string_to_metric_families
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from worker.ledger import Ledger
+from worker.metrics import MetricsServer, Readiness
+from worker.metrics.collector import FleetCollector
+
+
+def unreachable_ledger() -> Ledger:
+    return Ledger("postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=1")
+
+
+def unreachable_redis() -> redis.Redis:
+    # As the worker builds it: no retries, so a scrape answers at once.
+    return redis.Redis(port=1, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
+
+
+def test_probes_follow_the_worker_through_a_warm_shutdown() -> None:
+    readiness = Readiness()
+    server = MetricsServer(directory=None, readiness=readiness)
+    port = server.start("127.0.0.1", 0)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        assert httpx.get(f"{base}/healthz").status_code == 200
+        assert httpx.get(f"{base}/readyz").status_code == 503  # not consuming yet
+        readiness.ready.set()
+        assert httpx.get(f"{base}/readyz").status_code == 200
+        readiness.stopping.set()
+        assert httpx.get(f"{base}/readyz").status_code == 503
+        assert httpx.get(f"{base}/healthz").status_code == 200  # draining, not dead
+        assert httpx.get(f"{base}/nowhere").status_code == 404
+    finally:
+        server.stop()
+
+
+def test_an_unreachable_source_is_reported_not_zeroed(tmp_path: Path) -> None:
+    collector = FleetCollector(unreachable_ledger, unreachable_redis, interval_s=60)
+    families = {f.name: f for f in collector.collect()}
+    up = {s.labels["source"]: s.value for s in families["decisions_fleet_source_up"].samples}
+    assert up == {"ledger": 0, "redis": 0}
+    assert "decisions_ledger_calls" not in families
+    assert "decisions_escalations_open" not in families
+
+
+def test_a_reachable_ledger_is_counted_and_cached(tmp_path: Path) -> None:
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    ledger.migrate()
+    reads = []
+
+    def counted() -> Ledger:
+        reads.append(1)
+        return ledger
+
+    collector = FleetCollector(counted, unreachable_redis, interval_s=3600)
+    server = MetricsServer(directory=None, readiness=Readiness(), extra=[collector])
+    port = server.start("127.0.0.1", 0)
+    try:
+        for _ in range(3):
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    finally:
+        server.stop()
+        server.registry.unregister(collector)
+        ledger.dispose()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+    assert samples[("decisions_fleet_source_up", (("source", "ledger"),))] == 1
+    assert samples[("decisions_ledger_calls", (("status", "claimed"),))] == 0
+    assert samples[("decisions_ledger_jobs_unpublished", ())] == 0
+    assert len(reads) == 1  # three scrapes, one read: the interval holds
