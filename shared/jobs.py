@@ -28,8 +28,8 @@ from pydantic import (
     StringConstraints,
     TypeAdapter,
     ValidationError,
+    ValidationInfo,
     field_validator,
-    model_validator,
 )
 
 from shared.canonical import digest_of
@@ -88,11 +88,13 @@ class JobBase(BaseModel):
     submitted_at: AwareDatetime | None = Field(None, description="stamped by the client")
     metadata: dict[str, Any] = Field(default_factory=dict, description="echoed back untouched")
 
-    @model_validator(mode="after")
-    def _one_deadline(self) -> JobBase:
-        if self.deadline is not None and self.timeout_s is not None:
+    @field_validator("timeout_s")
+    @classmethod
+    def _one_deadline(cls, value: float | None, info: ValidationInfo) -> float | None:
+        # A field validator (deadline is validated first), so the rejection names the field.
+        if value is not None and info.data.get("deadline") is not None:
             raise ValueError("set deadline or timeout_s, not both")
-        return self
+        return value
 
 
 class DecideJob(JobBase):
