@@ -161,9 +161,9 @@ async def test_a_live_duplicate_waits_and_publishes_the_other_delivery_s_outcome
 ) -> None:
     import asyncio
 
-    import worker.menus.runner as menus_runner
+    import worker.menus.base as menus_base
 
-    monkeypatch.setattr(menus_runner, "CLAIM_POLL_S", 0.01)
+    monkeypatch.setattr(menus_base, "CLAIM_POLL_S", 0.01)
     job = plain(harness, "dup")
     await open_row(harness, job)
     # Another delivery holds pick.0 with its lease running...

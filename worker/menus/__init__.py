@@ -6,10 +6,11 @@ worker's handler registry and runtimes (or rejects it, naming each field);
 ``check_menu_answer`` validates a reviewer's pick for a menu escalation with the same engine.
 """
 
+from worker.menus.base import HANDLER_PROVIDER, HANDLER_STEP
 from worker.menus.messages import handler_params, menu_context, menu_escalation, menu_result
 from worker.menus.plan import MenuPlan, prepare_menu
 from worker.menus.resolution import check_menu_answer, menu_of_escalation
-from worker.menus.runner import HANDLER_PROVIDER, HANDLER_STEP, Boundary, MenuRunner
+from worker.menus.runner import Boundary, MenuRunner
 from worker.menus.stored import reply_from_outcome, reply_outcome
 
 __all__ = [
