@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     )
     ledger_url: str = Field("sqlite:///./decisions.db", description="SQLAlchemy URL of the ledger")
     sqlite_busy_timeout_s: float = Field(5.0, description="SQLite busy timeout (several processes)")
+    ledger_group_commit: bool = Field(
+        True, description="group the ledger writes of concurrent jobs into shared transactions"
+    )
 
     # --- providers ---------------------------------------------------------------------
     default_provider: str = Field("faux", description="provider of a job that names none")

@@ -22,6 +22,7 @@ from worker import metrics
 from worker.handlers import HandlerRegistry, load_handlers
 from worker.http_pool import sharded_client
 from worker.ledger import Ledger
+from worker.ledger.batch import GroupCommit
 from worker.loop import ProcessLoop, process_loop
 from worker.menus import MenuRunner
 from worker.providers import ProviderRegistry
@@ -101,6 +102,8 @@ def _build() -> WorkerContext:
         observer=metrics.observer_for(settings),
     )
     runner.menus = MenuRunner(runner, handlers=handlers, runtimes=runtimes)
+    if settings.ledger_group_commit:
+        runner.batched.update(GroupCommit(ledger).routes())
     return WorkerContext(
         settings, ledger, providers, sink, loop, runner, os.getpid(), runtimes, handlers  # type: ignore[arg-type]
     )

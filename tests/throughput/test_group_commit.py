@@ -1,0 +1,167 @@
+"""Group commit: the writes of concurrent jobs share transactions and keep their own fates,
+on SQLite and on PostgreSQL. A claim is committed before its caller hears of it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.errors import JobConflict
+from tests.support.services import postgres_schema
+from worker.ledger import CallOutcome, Claim, JobNotFound, Ledger, LedgerUnavailable
+from worker.ledger.batch import GroupCommit
+
+BACKENDS = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgresql", id="postgresql", marks=pytest.mark.integration),
+]
+
+
+@pytest.fixture(params=BACKENDS)
+def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'ledger.db'}"
+        return
+    with postgres_schema("groupcommit") as url:
+        yield url
+
+
+@pytest.fixture
+def ledger(ledger_url: str) -> Iterator[Ledger]:
+    with Ledger(ledger_url) as ledger:
+        ledger.migrate()
+        yield ledger
+
+
+def soon(seconds: float = 60) -> datetime:
+    return datetime.now(UTC) + timedelta(seconds=seconds)
+
+
+def job(job_id: str, fingerprint: str = "f1") -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "kind": "decide",
+        "batch": "b",
+        "reply_to": "r",
+        "fingerprint": fingerprint,
+        "deadline": soon(),
+        "job_json": "{}",
+    }
+
+
+def claim(job_id: str) -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "step": "decide",
+        "provider": "faux",
+        "model": "faux-1",
+        "request_sha256": "ab",
+        "lease_expires": soon(90),
+    }
+
+
+def answered(job_id: str) -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "message_type": "result",
+        "reason": None,
+        "message_json": '{"type": "result"}',
+        "outcome": CallOutcome(
+            step="decide", status="answered", receipt_json="{}", outcome_json="{}",
+            cost_usd=None, cost_basis=None, error_code=None,
+        ),
+    }
+
+
+def test_a_whole_job_lifecycle_for_many_jobs_in_few_transactions(ledger: Ledger) -> None:
+    group = GroupCommit(ledger)
+    ids = [f"j{i:03d}" for i in range(200)]
+
+    async def one(job_id: str) -> Claim:
+        await group.open_job(**job(job_id))
+        got = await group.claim(**claim(job_id))
+        # Committed before the caller may send: another connection sees it now.
+        seen = ledger.get_call(job_id, "decide")
+        assert seen is not None and seen.status == "claimed"
+        await group.finish_job(**answered(job_id))
+        await group.mark_published(job_id=job_id)
+        return got
+
+    async def scenario() -> list[Claim]:
+        return await asyncio.gather(*(one(job_id) for job_id in ids))
+
+    claims = asyncio.run(scenario())
+    group.close()
+    assert all(c.fresh for c in claims)
+    assert group.writes == 4 * len(ids)
+    assert group.batches < group.writes / 4  # grouped, not one transaction a write
+    status = ledger.status()
+    assert status.jobs_total == 200 and status.calls_by_status == {"answered": 200}
+    assert all(row.published_at is not None for row in (ledger.get_job(i) for i in ids) if row)
+
+
+def test_duplicates_in_one_batch_claim_once_and_a_refusal_stays_its_own(ledger: Ledger) -> None:
+    group = GroupCommit(ledger)
+
+    async def scenario() -> tuple[list[Any], list[Any]]:
+        await group.open_job(**job("dup"))
+        await group.open_job(**job("other"))
+        opened = await asyncio.gather(
+            group.open_job(**job("dup", fingerprint="different")),  # same id, other content
+            group.open_job(**job("fresh")),
+            return_exceptions=True,
+        )
+        claims = await asyncio.gather(
+            *(group.claim(**claim("dup")) for _ in range(5)),
+            group.claim(**claim("other")),
+            return_exceptions=True,
+        )
+        return opened, claims
+
+    opened, claims = asyncio.run(scenario())
+    group.close()
+    assert isinstance(opened[0], JobConflict)
+    assert not isinstance(opened[1], BaseException)  # its neighbour's refusal did not touch it
+    assert ledger.get_job("fresh") is not None
+    fresh = [c.fresh for c in claims[:5] if isinstance(c, Claim)]
+    assert fresh.count(True) == 1 and len(fresh) == 5  # five deliveries, one sends
+    assert isinstance(claims[5], Claim) and claims[5].fresh
+
+
+def test_a_write_failing_in_the_database_fails_alone(ledger: Ledger) -> None:
+    group = GroupCommit(ledger)
+
+    async def scenario() -> list[Any]:
+        await group.open_job(**job("there"))
+        # A claim whose job row does not exist violates the foreign key in the database.
+        return await asyncio.gather(
+            group.claim(**claim("there")),
+            group.claim(**claim("missing")),
+            return_exceptions=True,
+        )
+
+    good, bad = asyncio.run(scenario())
+    group.close()
+    assert isinstance(bad, JobNotFound)
+    assert isinstance(good, Claim) and good.fresh
+    stored = ledger.get_call("there", "decide")
+    assert stored is not None and stored.status == "claimed"  # committed despite its neighbour
+
+
+def test_an_unreachable_ledger_fails_every_write_and_claims_nothing() -> None:
+    ledger = Ledger("postgresql+psycopg://postgres@127.0.0.1:1/none?connect_timeout=1")
+    group = GroupCommit(ledger)
+
+    async def scenario() -> list[Any]:
+        return await asyncio.gather(
+            group.claim(**claim("a")), group.claim(**claim("b")), return_exceptions=True
+        )
+
+    outcomes = asyncio.run(scenario())
+    group.close()
+    assert all(isinstance(o, LedgerUnavailable) for o in outcomes)
