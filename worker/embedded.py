@@ -9,6 +9,7 @@ replays every stored outcome and nothing is sent again.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections import Counter
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
 from celery.worker import WorkController
 
 from shared import keys
@@ -34,6 +35,8 @@ __all__ = ["EmbeddedWorker", "RunSummary", "run_batch"]
 #: kombu's memory transport polls; a second by default, far too slow for a batch.
 MEMORY_POLLING_INTERVAL_S = 0.005
 DEFAULT_REPLY_TO = "decisions:run"
+#: How long stopping waits for the worker to act on its shutdown command.
+SHUTDOWN_WAIT_S = 5.0
 
 
 class _Controller(WorkController):
@@ -80,9 +83,32 @@ class EmbeddedWorker:
 
     def __exit__(self, *exc: object) -> None:
         if self._controller is not None:
+            self._shut_down_through_the_broker()
             self._controller.stop(in_sighandler=False, exitcode=0)
         if self._thread is not None:
             self._thread.join(timeout=30)
+
+    def _shut_down_through_the_broker(self) -> None:
+        # Stopped from outside, the worker notices only after its broker poll (2 s); a
+        # shutdown command comes through the broker and ends its loop at once. The memory
+        # broker is this process's own, so no other worker receives it.
+        stopped = threading.Event()
+
+        def on_shutdown(sender: Any = None, **_: Any) -> None:
+            if getattr(sender, "app", None) is self.app:
+                stopped.set()
+
+        signals.worker_shutdown.connect(on_shutdown, weak=False)
+        # Celery warns of a remote shutdown; this one is ours and routine.
+        control_log = logging.getLogger("celery.worker.control")
+        level = control_log.level
+        control_log.setLevel(logging.ERROR)
+        try:
+            self.app.control.broadcast("shutdown")
+            stopped.wait(SHUTDOWN_WAIT_S)
+        finally:
+            signals.worker_shutdown.disconnect(on_shutdown)
+            control_log.setLevel(level)
 
 
 @dataclass

@@ -11,7 +11,6 @@ from its stored outcome, sending nothing) is finished too before the test looks.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Iterable
@@ -31,8 +30,6 @@ from worker.sinks import MemorySink
 __all__ = ["DEFAULT_REPLY_TO", "DecisionsWorker", "NotifyingSink"]
 
 DEFAULT_REPLY_TO = "decisions:test"
-#: How long teardown waits for the worker to act on its shutdown command (else it is stopped).
-SHUTDOWN_WAIT_S = 5.0
 
 
 class NotifyingSink(MemorySink):
@@ -107,36 +104,12 @@ class DecisionsWorker:
         if worker is None:
             return
         try:
-            self._shut_down_through_the_broker()
             worker.__exit__(*exc)
         finally:
             DecisionsWorker._running = None
             signals.task_postrun.disconnect(self._task_done)
             # The next worker (the next test) builds its own providers, ledger and sink.
             context.configure()
-
-    def _shut_down_through_the_broker(self) -> None:
-        # Stopped from outside, the worker notices only after its broker poll (2 s a test);
-        # a shutdown command comes through the broker and ends its loop at once. The memory
-        # broker is this process's own, so no other worker receives it.
-        assert self.app is not None
-        stopped = threading.Event()
-
-        def on_shutdown(sender: Any = None, **_: Any) -> None:
-            if getattr(sender, "app", None) is self.app:
-                stopped.set()
-
-        signals.worker_shutdown.connect(on_shutdown, weak=False)
-        # Celery warns of a remote shutdown; this one is ours and routine.
-        control_log = logging.getLogger("celery.worker.control")
-        level = control_log.level
-        control_log.setLevel(logging.ERROR)
-        try:
-            self.app.control.broadcast("shutdown")
-            stopped.wait(SHUTDOWN_WAIT_S)
-        finally:
-            signals.worker_shutdown.disconnect(on_shutdown)
-            control_log.setLevel(level)
 
     def _task_done(self, sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is not self.app:
