@@ -23,6 +23,7 @@ import redis
 from celery import Celery
 
 from shared import keys
+from shared.chunk_publisher import ChunkPublisher
 from shared.errors import FieldProblem, JobInvalid
 from shared.estimate import (
     ESTIMATE_TTL_S,
@@ -153,11 +154,16 @@ class Client:
         chunk_size: int | None = None,
         on_progress: Callable[[int], None] | None = None,
     ) -> SubmitReport:
-        """Validate and enqueue ``jobs`` in chunks of ``chunk_size`` per Celery message."""
+        """Validate and enqueue ``jobs`` in chunks of ``chunk_size`` per Celery message.
+
+        Messages are published on a thread while the next chunk is validated (pipelined:
+        ``shared.chunk_publisher``); ``on_progress`` is called from that thread, with each
+        published chunk's size, in order.
+        """
         size = chunk_size or self.settings.chunk_size
         report = SubmitReport()
         chunk: list[dict[str, Any]] = []
-        with self.celery.producer_or_acquire() as producer:
+        with ChunkPublisher(self.celery, self._send_chunk, on_sent=on_progress) as publisher:
             for raw in jobs:
                 try:
                     job = self.validate(raw, reply_to=reply_to)
@@ -168,16 +174,12 @@ class Client:
                 chunk.append(job.model_dump(mode="json", exclude_none=True))
                 report.job_ids.append(job.id)
                 if len(chunk) >= size:
-                    self._send_chunk(producer, chunk)
+                    publisher.put(chunk)
                     report.messages += 1
-                    if on_progress:
-                        on_progress(len(chunk))
                     chunk = []
             if chunk:
-                self._send_chunk(producer, chunk)
+                publisher.put(chunk)
                 report.messages += 1
-                if on_progress:
-                    on_progress(len(chunk))
         return report
 
     # --- cost before submit -----------------------------------------------------------
@@ -222,7 +224,14 @@ class Client:
 
     def _send_chunk(self, producer: Any, chunk: list[dict[str, Any]]) -> None:
         self.celery.send_task(
-            keys.RUN_JOBS_TASK, kwargs={"jobs": chunk}, queue=keys.CELERY_QUEUE, producer=producer
+            keys.RUN_JOBS_TASK,
+            kwargs={"jobs": chunk},
+            queue=keys.CELERY_QUEUE,
+            producer=producer,
+            # Given, so Celery does not saferepr the whole chunk into every message (measured:
+            # 6% of a producer's time), and no job's content reaches a worker's log line.
+            argsrepr="()",
+            kwargsrepr=f"{{'jobs': <{len(chunk)} jobs>}}",
         )
 
     def _publish_rejection(self, raw: Any, exc: JobInvalid, reply_to: str | None) -> None:
