@@ -26,7 +26,7 @@ from tests.support.services import postgres_schema, redis_database, redis_url
 
 pytestmark = pytest.mark.integration
 
-REDIS_DB = 11
+REDIS_DB = 8
 STREAM = "menus-it:replies"
 ROOT = Path(__file__).parents[2]
 
