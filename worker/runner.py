@@ -403,6 +403,8 @@ class Runner:
             escalation=False,
             marker=rejection.marker,
         )
+        kind = raw.get("kind") if isinstance(raw, dict) else None
+        self.observer.job_finished(str(kind or "unknown"), "-", "rejected", None)
         return "rejected"
 
 
