@@ -41,6 +41,7 @@ def register(celery: Celery) -> Task:
         max_retries=None,
         acks_late=True,
         reject_on_worker_lost=True,
+        Strategy="worker.guard:checked_strategy",
     )
     def _run_jobs(self: Task, jobs: list[Any]) -> list[str]:
         return run_jobs(jobs)
