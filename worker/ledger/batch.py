@@ -41,6 +41,7 @@ __all__ = ["BATCHED_METHODS", "GroupCommit"]
 #: Ledger methods whose writes are grouped (the per-job hot path).
 BATCHED_METHODS: Final = ("open_job", "claim", "finish_job", "mark_published")
 _MAX_BATCH: Final = 256
+_PG_WRITERS: Final = 2
 
 
 def _open_job(conn: Connection, now: datetime, kwargs: dict[str, Any]) -> Any:
@@ -89,11 +90,16 @@ def _settle(write: _Write) -> None:
 class GroupCommit:
     """Batches ``Ledger`` writes from coroutines; ``await group.claim(...)`` and so on."""
 
-    def __init__(self, ledger: Ledger, *, max_batch: int = _MAX_BATCH) -> None:
+    def __init__(
+        self, ledger: Ledger, *, max_batch: int = _MAX_BATCH, writers: int | None = None
+    ) -> None:
         self.ledger = ledger
         self.max_batch = max_batch
+        # SQLite has one writer at a time anyway; PostgreSQL commits batches side by side, so
+        # that its round trips (one a statement) overlap instead of queueing behind one thread.
+        self.writers = writers or (1 if ledger.dialect == "sqlite" else _PG_WRITERS)
         self._queue: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         #: Batches committed and writes they held (the bench reads these).
         self.batches = 0
@@ -118,10 +124,11 @@ class GroupCommit:
         return {getattr(self.ledger, name): getattr(self, name) for name in BATCHED_METHODS}
 
     def close(self) -> None:
-        if self._thread is not None:
+        threads, self._threads = self._threads, []
+        for _ in threads:
             self._queue.put(None)
-            self._thread.join(timeout=10)
-            self._thread = None
+        for thread in threads:
+            thread.join(timeout=10)
 
     # --- the writer thread ----------------------------------------------------------------
 
@@ -135,13 +142,17 @@ class GroupCommit:
         return await asyncio.shield(write.future)
 
     def _start(self) -> None:
-        if self._thread is not None:
+        if self._threads:
             return
         with self._lock:
-            if self._thread is None:
-                thread = threading.Thread(target=self._run, name="ledger-group-commit", daemon=True)
-                thread.start()
-                self._thread = thread
+            if not self._threads:
+                threads = [
+                    threading.Thread(target=self._run, name=f"ledger-group-commit-{i}", daemon=True)
+                    for i in range(self.writers)
+                ]
+                for thread in threads:
+                    thread.start()
+                self._threads = threads
 
     def _run(self) -> None:
         while True:
@@ -155,7 +166,7 @@ class GroupCommit:
                 except queue.Empty:
                     break
                 if item is None:
-                    self._queue.put(None)  # stop after this batch
+                    self._queue.put(None)  # for this thread, after this batch
                     break
                 batch.append(item)
             self._commit(batch)
@@ -186,8 +197,7 @@ class GroupCommit:
             for write in batch:
                 write.result, write.error = None, error
             return
-        self.batches += 1
-        self.writes += len(batch)
+        self._count(len(batch))
 
     def _one_by_one(self, batch: list[_Write]) -> None:
         for write in batch:
@@ -197,8 +207,12 @@ class GroupCommit:
             except BaseException as error:
                 write.error = error
             else:
-                self.batches += 1
-                self.writes += 1
+                self._count(1)
+
+    def _count(self, writes: int) -> None:
+        with self._lock:
+            self.batches += 1
+            self.writes += writes
 
 
 
