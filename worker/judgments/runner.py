@@ -103,6 +103,7 @@ class JudgmentRunner:
             message_type=message.type,
             reason=reason,
             message_json=message.to_json(),
+            outcome=None,
         )
         fault_point("after_record", job.id)
         provider = getattr(job, "provider", None) or runner.providers.default_name
