@@ -118,6 +118,9 @@ def test_sift_route_verify_batch_sends_the_packed_requests_once(
         {**verified_job("v-agree", agree, model=CHECKER, stakes="high"),
          "questions": VERIFY_QUESTIONS},
         {**verified_job("v-disagree", disagree, model=CHECKER), "questions": VERIFY_QUESTIONS},
+        {**verified_job("v-refused", agree, model=CHECKER), "questions": VERIFY_QUESTIONS},
+        sift_job("s-floor", items(4), question={"instructions": QUESTION,
+                                                  "escalate_below": 0.99}),
     ]
     refuse = FauxBehaviour(mode="refuse")
     server.provider.override("s-refused/sift.0", FauxBehaviour(
@@ -126,6 +129,7 @@ def test_sift_route_verify_batch_sends_the_packed_requests_once(
     server.provider.override("r-refused/route", refuse)
     server.provider.override("r-escalates/route", refuse)
     server.provider.override("r-lost/route", FauxBehaviour(mode="drop_after_read"))
+    server.provider.override("v-refused/verify.0", refuse)
     settings = settings_for(tmp_path, server.url)
 
     first = run_batch(batch, settings=settings, out_dir=tmp_path / "out1", timeout_s=120)
@@ -137,6 +141,8 @@ def test_sift_route_verify_batch_sends_the_packed_requests_once(
         **{f"{r}/route": 1 for r in ("r-chosen", "r-low", "r-refused", "r-lost", "r-escalates")},
         "v-agree/decide": 1, "v-agree/verify.0": 1, "v-agree/verify.1": 1,
         "v-disagree/decide": 1, "v-disagree/verify.0": 1,
+        "v-refused/decide": 1, "v-refused/verify.0": 1,
+        "s-floor/sift.0": 1,
     }
     calls = server.provider.calls()
     assert calls == expected_calls
@@ -205,6 +211,15 @@ def test_sift_route_verify_batch_sends_the_packed_requests_once(
     assert failed.verifications[0].disagreements == differ
     assert failed.verifications[0].answers is not None and failed.answers is not None
     assert [r.step for r in failed.receipts] == ["decide", "verify.0"]
+
+    checker_refused = got["v-refused"]
+    assert isinstance(checker_refused, EscalationMessage)
+    assert checker_refused.reason == "decision_refused" and checker_refused.verifications
+    assert [(v.status, v.agrees) for v in checker_refused.verifications] == [("answered", None)]
+    floored = got["s-floor"]
+    assert isinstance(floored, EscalationMessage) and floored.reason == "low_confidence"
+    assert floored.items is not None and all(i.status == "decided" for i in floored.items)
+    assert floored.context["questions"]["item.0"]["escalate_below"] == 0.99
 
     # --- run again: everything replays from the ledger, nothing reaches the faux.
     second = run_batch(batch, settings=settings, out_dir=tmp_path / "out2", timeout_s=120)
