@@ -23,7 +23,7 @@ from bench.config import RESULTS_DIR, BenchConfig
 from bench.direct import run_direct
 from bench.noop import run_noop
 from bench.pipeline import paced_run, saturated_run
-from bench.procs import BIN, DECISIONS, Meter, faux_process, spawn_worker
+from bench.procs import BIN, DECISIONS, InFlight, Meter, faux_process, spawn_worker
 from bench.producer import run_producer
 from bench.report import Results, print_report
 from bench.workload import decide_jobs
@@ -132,19 +132,23 @@ def _pipeline_stage(
                 run = saturated_run(client, r, f"max-{tag}", n, chunk_size=config.chunk_size)
             half = run.rate / 2
             paced = paced_run(
-                client, r, f"half-{tag}", rate=half, duration_s=config.latency_run_s
+                client, r, f"half-{tag}", rate=half, duration_s=config.latency_run_s,
+                tick_s=config.latency_tick_s,
             )
             results.pipeline(name, latency, run, meter.usage, paced, half)
             print(f"  {tag}: {run.rate:,.0f}/s  types={run.types}", flush=True)
         if rss:
             _set_latency(faux_url, config.rss_latency_ms)
             chunk = -(-config.rss_in_flight // config.pool_threads)
-            n = config.rss_in_flight * 2
-            with Meter(worker.pid) as meter:
+            n = chunk * config.pool_threads
+            with Meter(worker.pid) as meter, InFlight(faux_url, r, f"bench:rss-{name}") as seen:
                 run = saturated_run(client, r, f"rss-{name}", n, chunk_size=chunk)
-            in_flight = run.rate * config.rss_latency_ms / 1000
-            results.rss(name, config.rss_in_flight, in_flight, meter.usage, run)
-            print(f"  rss-{name}: peak {meter.usage.peak_rss_bytes / 2**20:.0f} MB", flush=True)
+            results.rss(name, config.rss_in_flight, seen.peak, meter.usage, run)
+            print(
+                f"  rss-{name}: peak {meter.usage.peak_rss_bytes / 2**20:.0f} MB with "
+                f"{seen.peak} in flight",
+                flush=True,
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,9 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(broker_url=_redis_url(config), redis_url=_redis_url(config))
     client = Client(settings)
     started = time.monotonic()
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     try:
         with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
-            logs = Path(tmp)
+            # Logs are kept beside the results (the ledger file and the rest go with tmp).
+            logs = RESULTS_DIR / f"logs-{stamp}"
+            logs.mkdir()
+            data = Path(tmp)
             with faux_process(logs / "faux.log") as faux_url:
                 if "producer" in stages:
                     print("producer ...", flush=True)
@@ -183,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                         )
                 if "noop" in stages:
                     print("celery-noop ...", flush=True)
-                    env = _worker_env(config, "sqlite:///" + str(logs / "noop.db"), faux_url)
+                    env = _worker_env(config, "sqlite:///" + str(data / "noop.db"), faux_url)
                     argv_noop = [
                         str(BIN / "celery"), "-A", "bench.noop_app", "worker", "-Q", "bench-noop",
                         f"--loglevel={settings.log_level}", *_pool_args(config),
@@ -195,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
                 if "pipeline-sqlite" in stages:
                     print("pipeline, SQLite ledger ...", flush=True)
                     _pipeline_stage(
-                        "sqlite", f"sqlite:///{logs / 'ledger.db'}", config, faux_url, client,
+                        "sqlite", f"sqlite:///{data / 'ledger.db'}", config, faux_url, client,
                         r, logs, results, profile=args.profile, rss=False,
                     )
                 if "pipeline-postgresql" in stages or "rss" in stages:
@@ -214,7 +222,6 @@ def main(argv: list[str] | None = None) -> int:
         r.flushdb()
         client.close()
     results.duration_s = time.monotonic() - started
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = RESULTS_DIR / f"bench-{stamp}.json"
     out.write_text(json.dumps(results.as_json(), indent=2, sort_keys=True))
     print_report(results)

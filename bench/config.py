@@ -26,11 +26,13 @@ class BenchConfig:
     #: so that chunk_size x threads decisions are in flight in one process.
     pool: str = "threads"
     pool_threads: int = 16
-    #: Seconds of paced load at half the maximum rate, for the added latency.
+    #: Seconds of paced load at half the maximum rate, for the added latency; each tick's
+    #: jobs go as one message (a producer sending what it has, every tick).
     latency_run_s: float = 4.0
+    latency_tick_s: float = 0.05
     #: The RSS run: this many decisions in flight (faux latency long enough to hold them).
     rss_in_flight: int = 1000
-    rss_latency_ms: float = 1500.0
+    rss_latency_ms: float = 5000.0
     faux_latencies_ms: tuple[float, ...] = (0.0, 200.0)
 
     @property

@@ -13,11 +13,20 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
 
-__all__ = ["Meter", "TreeUsage", "faux_process", "free_port", "spawn_worker", "wait_for"]
+__all__ = [
+    "InFlight",
+    "Meter",
+    "TreeUsage",
+    "faux_process",
+    "free_port",
+    "spawn_worker",
+    "wait_for",
+]
 
 BIN = Path(sys.executable).parent
 DECISIONS = str(BIN / "decisions")
@@ -156,3 +165,39 @@ class Meter:
         if self._thread is not None:
             self._thread.join()
         self.usage = TreeUsage(self._cpu() - self._cpu0, max(self._peak, self._rss()))
+
+
+class InFlight:
+    """Decisions at the provider: requests the faux has read minus replies on the stream.
+
+    Sampled on a thread; ``peak`` is the most seen at once (a reply follows its answer, so
+    this counts a decision from its request until its terminal message).
+    """
+
+    def __init__(self, faux_url: str, r: Any, stream: str, interval_s: float = 0.2) -> None:
+        self._url = f"{faux_url}/_faux/calls"
+        self._r = r
+        self._stream = stream
+        self._interval = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._base = 0
+        self.peak = 0
+
+    def _read(self) -> int:
+        return len(httpx.get(self._url, timeout=10).json())
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self._interval):
+            with contextlib.suppress(Exception):
+                in_flight = self._read() - self._base - int(self._r.xlen(self._stream))
+                self.peak = max(self.peak, in_flight)
+
+    def __enter__(self) -> InFlight:
+        self._base = self._read()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -96,13 +96,13 @@ class Results:
         )
 
     def rss(
-        self, ledger: str, target: int, in_flight: float, usage: TreeUsage, run: PipelineRun
+        self, ledger: str, target: int, in_flight: int, usage: TreeUsage, run: PipelineRun
     ) -> None:
         self.rss_runs.append(
             {
                 "ledger": ledger,
                 "target_in_flight": target,
-                "mean_in_flight": round(in_flight),
+                "peak_in_flight": in_flight,
                 "peak_rss_mb": round(usage.peak_rss_bytes / MB, 1),
                 "rate": round(run.rate, 1),
                 "types": run.types,
@@ -139,8 +139,12 @@ class Results:
             add(f"{where}: added p99 ms at half rate", row.added_p99_ms, 50, at_most=True)
             add(f"{where}: worker CPU ms/decision", row.cpu_ms_per_decision, 1.0, at_most=True)
         for rss in self.rss_runs:
-            add(f"{rss['ledger']}: worker RSS MB, 1,000 in flight", rss["peak_rss_mb"], 300,
-                at_most=True)
+            add(
+                f"{rss['ledger']}: worker RSS MB, {rss['peak_in_flight']} in flight",
+                rss["peak_rss_mb"] if rss["peak_in_flight"] >= rss["target_in_flight"] else None,
+                300,
+                at_most=True,
+            )
         add("producer jobs/s (100,000-job batch)", self.producer_rate, 20_000)
         return out
 
@@ -207,7 +211,7 @@ def print_report(results: Results) -> None:
     console.print(table)
     for rss in results.rss_runs:
         console.print(
-            f"RSS with {rss['mean_in_flight']} decisions in flight ({rss['ledger']}): "
+            f"RSS with {rss['peak_in_flight']} decisions in flight ({rss['ledger']}): "
             f"{rss['peak_rss_mb']:.0f} MB peak"
         )
     if results.producer_rate:
