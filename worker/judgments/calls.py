@@ -9,6 +9,11 @@ rest once.
 
 A step due after the job's deadline is not sent (``late``), unless an earlier delivery left
 an outcome for it, which counts.
+
+A stored call whose request is not the one this delivery planned (its digest differs: the
+worker's settings changed between deliveries, so the items were packed otherwise) is not
+replayed as if it were: its answers could belong to other items. It counts as interrupted
+(never sent again), so a person sees those items.
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ class JobCalls:
         if datetime.now(UTC) >= self.deadline:
             earlier = await runner._db(self.ledger.get_call, job_id=self.job_id, step=step)
             if earlier is not None and earlier.status != "not_sent":
-                return await self._settle(step, earlier)
+                return await self._settle(planned, earlier)
             return StepResult(
                 step, "late", None, reason="deadline_exceeded",
                 detail=f"{step} was due after the job's deadline; not sent",
@@ -74,7 +79,7 @@ class JobCalls:
             lease_expires=self.lease,
         )
         if not claim.fresh:
-            return await self._settle(step, claim.call)
+            return await self._settle(planned, claim.call)
         fault_point("after_claim", self.job_id)
         runner.observer.call_started(planned.provider.name)
         started = time.monotonic()
@@ -95,18 +100,25 @@ class JobCalls:
             # Our lease ran out mid-call and another delivery booked it: its verdict stands.
             if sent.cancelled:
                 raise asyncio.CancelledError from None
-            return await self._settle(step, lost.call)
+            return await self._settle(planned, lost.call)
         if sent.cancelled:
             raise asyncio.CancelledError
         return StepResult(
             step, sent.status, sent.receipt, sent.answers, sent.reason, sent.detail
         )
 
-    async def _settle(self, step: str, call: CallRow) -> StepResult | JobRow:
+    async def _settle(self, planned: PlannedCall, call: CallRow) -> StepResult | JobRow:
+        step = planned.step
         settled = await self.runner.await_claim(self.job_id, step, call)
         if isinstance(settled, JobRow):
             return settled
         receipt = _stored_receipt(settled)
+        if settled.request_sha256 != planned.prepared.request_sha256:
+            return StepResult(
+                step, "unknown", receipt, reason="decision_interrupted",
+                detail=f"{step} was sent by an earlier delivery as another request "
+                "(the worker's settings changed); it is never sent again",
+            )
         answers = stored_answers(settled)
         if answers is not None:
             return StepResult(step, "answered", receipt, answers)
