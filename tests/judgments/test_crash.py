@@ -106,3 +106,33 @@ def test_a_crash_between_packed_requests_repeats_none_of_them(
     assert receipts["sift.1"].status == "unknown"
     # What a reviewer answers: the interrupted items' questions are all there.
     assert {f"item.{i}" for i in interrupted} <= set(reply.context["questions"])
+
+
+def test_a_delivery_planned_otherwise_never_takes_another_requests_answers(
+    tmp_path: Path, server: FauxServer
+) -> None:
+    # First delivered with Parallel as the default (100 items a request), then, after a
+    # deploy, with the faux (all 350 items fit one request): the stored sift.0 is not the
+    # request this delivery would send, so its answers are not read as this plan's.
+    job = sift_job("moved", [f"message {i:04d}" for i in range(350)])
+    before = settings_for(tmp_path, server.url, default_provider="parallel")
+    ledger = DiesAfterClaiming.from_settings(before)
+    ledger.migrate()
+    runner = Runner(
+        settings=before, ledger=ledger, providers=ProviderRegistry.from_settings(before),
+        sink=MemorySink(),
+    )
+    with pytest.raises(Crash):
+        asyncio.run(runner.run_one(job))
+    expire_leases(ledger, "moved")
+    after = settings_for(tmp_path, server.url, default_provider="faux")
+
+    run_batch([job], settings=after, out_dir=tmp_path / "out", timeout_s=60)
+
+    assert server.provider.calls() == {"moved/sift.0": 1}
+    [line] = (tmp_path / "out" / "escalations.jsonl").read_text().splitlines()
+    reply = parse_reply(line)
+    assert isinstance(reply, EscalationMessage) and reply.reason == "decision_interrupted"
+    assert reply.items is not None
+    assert {i.status for i in reply.items} == {"interrupted"}
+    assert "another request" in reply.detail
