@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -25,6 +26,7 @@ from bench.noop import run_noop
 from bench.pipeline import paced_run, saturated_run
 from bench.procs import BIN, DECISIONS, InFlight, Meter, faux_process, spawn_worker
 from bench.producer import run_producer
+from bench.profile import summarise
 from bench.report import Results, print_report
 from bench.workload import decide_jobs
 from shared.client import Client
@@ -89,9 +91,11 @@ def _profiled(pid: int, out: Path, seconds: float, enabled: bool) -> Iterator[No
         return
     proc = subprocess.Popen(
         [
-            str(BIN / "py-spy"), "record", "--pid", str(pid), "--subprocesses", "--nonblocking",
-            "--format", "raw", "--output", str(out), "--duration", str(int(seconds) + 1),
-            "--rate", "200",
+            # --gil: samples are of the thread holding the GIL, i.e. shares of Python CPU;
+            # --nonblocking: the worker is never paused (the threads pool is one process).
+            str(BIN / "py-spy"), "record", "--pid", str(pid), "--gil", "--nonblocking",
+            "--format", "raw", "--output", str(out), "--duration", str(int(seconds)),
+            "--rate", "250",
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -99,8 +103,9 @@ def _profiled(pid: int, out: Path, seconds: float, enabled: bool) -> Iterator[No
     try:
         yield
     finally:
+        proc.send_signal(signal.SIGINT)  # py-spy writes what it has and exits
         with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=seconds + 30)
+            proc.wait(timeout=30)
 
 
 def _pipeline_stage(
@@ -124,7 +129,7 @@ def _pipeline_stage(
             tag = f"{name}-{latency:g}ms"
             n = config.decisions_0ms if latency == 0 else config.decisions_200ms
             saturated_run(client, r, f"warm-{tag}", config.warmup, chunk_size=config.chunk_size)
-            expected_s = max(5.0, n / 500)
+            expected_s = 600.0  # an upper bound: py-spy is stopped when the run ends
             with (
                 Meter(worker.pid) as meter,
                 _profiled(worker.pid, RESULTS_DIR / f"profile-{tag}.txt", expected_s, profile),
@@ -136,6 +141,9 @@ def _pipeline_stage(
                 tick_s=config.latency_tick_s,
             )
             results.pipeline(name, latency, run, meter.usage, paced, half)
+            raw = RESULTS_DIR / f"profile-{tag}.txt"
+            if profile and raw.exists():
+                results.profiles[tag] = summarise(raw)
             print(f"  {tag}: {run.rate:,.0f}/s  types={run.types}", flush=True)
         if rss:
             _set_latency(faux_url, config.rss_latency_ms)

@@ -55,6 +55,8 @@ class Results:
     rss_runs: list[dict[str, Any]] = field(default_factory=list)
     duration_s: float = 0.0
     logs_tail: dict[str, str] = field(default_factory=dict)
+    #: Per pipeline run with ``--profile``: share of the worker's Python CPU per component.
+    profiles: dict[str, dict[str, float]] = field(default_factory=dict)
     load_before: tuple[float, float, float] = field(default_factory=os.getloadavg)
 
     # --- recording ---------------------------------------------------------------------
@@ -164,6 +166,7 @@ class Results:
             "cpus": os.cpu_count(),
             "commit": _commit(),
             "worker_errors": self.logs_tail,
+            "profiles": self.profiles,
         }
 
 
@@ -231,5 +234,9 @@ def print_report(results: Results) -> None:
         f"load average before {results.load_before[0]:.2f}, after {load[0]:.2f} "
         f"({os.cpu_count()} CPUs); {results.duration_s:.0f} s"
     )
+    for tag, shares in results.profiles.items():
+        console.print(f"worker CPU by component, {tag} (py-spy --gil):")
+        for component, share in shares.items():
+            console.print(f"  {share * 100:5.1f}%  {component}")
     for name, tail in results.logs_tail.items():
         console.print(f"[red]{name} had a traceback:[/]\n{tail}")
