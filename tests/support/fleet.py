@@ -8,6 +8,7 @@ a message whose worker died is delivered again within seconds, not an hour.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -15,7 +16,7 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -270,6 +271,18 @@ class Fleet:
             "now": time.time(),
         }
 
+    def where_are(self, job_ids: Collection[str]) -> dict[str, str]:
+        """Where the broker holds each job's message: ``queued``, ``unacked`` or ``nowhere``."""
+        held = [("queued", m) for m in self.r.lrange(keys.CELERY_QUEUE, 0, -1)]
+        held += [("unacked", m) for m in self.r.hvals("unacked")]
+        found: dict[str, str] = {}
+        for place, stored in held:
+            text = _message_body(stored)
+            for job_id in job_ids:
+                if f'"{job_id}"' in text:
+                    found[job_id] = place
+        return {job_id: found.get(job_id, "nowhere") for job_id in sorted(job_ids)}
+
     def entries(self, stream: str | None = None) -> list[Any]:
         return list(read_stream(self.r, stream or self.stream))
 
@@ -329,6 +342,17 @@ class Fleet:
             f"{self.faux_url}/_faux/behaviour", content=json.dumps(changes), timeout=10
         )
         answer.raise_for_status()
+
+
+def _message_body(stored: bytes) -> str:
+    """The body of a message as kombu's Redis transport stores it (queued or unacked)."""
+    envelope = json.loads(stored)
+    if isinstance(envelope, list):  # unacked: [message, exchange, routing key]
+        envelope = envelope[0]
+    body = envelope.get("body", "")
+    if envelope.get("properties", {}).get("body_encoding") == "base64":
+        body = base64.b64decode(body).decode(errors="replace")
+    return str(body)
 
 
 @contextmanager

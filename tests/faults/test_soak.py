@@ -1,0 +1,78 @@
+"""Soak: a few thousand jobs stream in while a chaos loop kills workers every few seconds.
+
+Run with ``make soak`` (``pytest -m soak -s``); not part of ``make test``. Sizes can be
+changed with ``SOAK_JOBS``, ``SOAK_RATE`` (jobs/s) and ``SOAK_SEED`` (the chaos loop's).
+Prints the checker's figures: jobs, requests, duplicates (must be 0), lost (must be 0),
+escalated by reason, and what the chaos loop did.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from tests.faults.conftest import FleetFactory
+from tests.support.chaos import Chaos
+from tests.support.checker import Figures
+from tests.support.fleet import profile
+
+pytestmark = pytest.mark.soak
+
+JOBS = int(os.environ.get("SOAK_JOBS", "3000"))
+RATE = float(os.environ.get("SOAK_RATE", "40"))
+SEED = int(os.environ["SOAK_SEED"]) if "SOAK_SEED" in os.environ else None
+CHUNK = 8
+
+
+@pytest.mark.timeout(900)
+def test_soak_with_workers_killed_every_few_seconds(
+    new_fleet: FleetFactory, report: Callable[[Figures], Figures]
+) -> None:
+    settings = profile(15, margin_s=1, worker_concurrency="2")
+    crew = new_fleet("soak", settings)
+    crew.slow(400)  # every request takes 400 ms at the provider: kills catch many in flight
+    chaos = Chaos(crew, size=3, every_s=(2.0, 5.0), seed=SEED)
+    chaos.top_up()
+    for worker in crew.workers:
+        worker.wait_ready()
+    jobs = crew.jobs(JOBS)
+    submitted: list[str] = []
+
+    def produce() -> None:
+        client = crew.client()
+        started = time.monotonic()
+        for i in range(0, len(jobs), CHUNK):
+            sent = client.submit_batch(jobs[i : i + CHUNK], reply_to=crew.stream, chunk_size=CHUNK)
+            submitted.extend(sent.job_ids)
+            # A steady stream: queueing stays short of the deadlines.
+            time.sleep(max(0.0, started + (i + CHUNK) / RATE - time.monotonic()))
+
+    started = time.monotonic()
+    producer = threading.Thread(target=produce, name="producer")
+    producer.start()
+    chaos.start()
+    producer.join()
+    chaos.stop()  # and back to full size
+    produced_s = time.monotonic() - started
+    pairs = crew.pairs(submitted)
+    # Messages of the last killed workers come back after the visibility timeout.
+    missing = crew.wait_for(pairs, timeout_s=float(settings["visibility_timeout_s"]) + 90)
+    if missing:
+        print(f"soak: no reply yet for {len(missing)}: {crew.where_are(missing)}; "
+              f"broker {crew.broker_state()}")
+    figures = report(crew.check(pairs))
+    print(
+        f"soak: {len(submitted)} jobs in {produced_s:.0f} s of chaos (seed {chaos.seed}): "
+        f"{chaos.figures.group_kills} worker kills, {chaos.figures.pool_kills} pool-process "
+        f"kills, {chaos.figures.starts} starts; {len(missing)} waited for the reaper; "
+        f"{figures.line()}"
+    )
+    assert len(submitted) == JOBS
+    assert figures.jobs == JOBS
+    assert figures.duplicates == 0
+    assert figures.lost == 0
+    assert chaos.figures.group_kills + chaos.figures.pool_kills >= 5
