@@ -167,7 +167,7 @@ class Runner:
             # Late, but an earlier delivery may have sent the call: that one's fate decides.
             earlier = await self._db(self.ledger.get_call, job_id=job.id, step=DECIDE_STEP)
             if earlier is not None and earlier.status != "not_sent":
-                return await self._settle_existing(job, earlier)
+                return await self._settle_existing(job, earlier, _lost_cost(provider, prepared))
             late = escalation(
                 job, "deadline_exceeded", "dequeued after its deadline; nothing sent", []
             )
@@ -182,7 +182,7 @@ class Runner:
             lease_expires=row.deadline + timedelta(seconds=self.settings.lease_margin_s),
         )
         if not claim.fresh:
-            return await self._settle_existing(job, claim.call)
+            return await self._settle_existing(job, claim.call, _lost_cost(provider, prepared))
         fault_point("after_claim", job.id)
         self.observer.call_started(provider.name)
         started = time.monotonic()
@@ -292,8 +292,12 @@ class Runner:
                 update={"status": "unknown", "error_code": "aborted"}
             )
             return SentCall(
-                "unknown", receipt, reason="decision_interrupted",
-                detail="cancelled while in flight", error_code="aborted", cancelled=True,
+                "unknown",
+                receipt,
+                reason="decision_interrupted",
+                detail="cancelled while in flight",
+                error_code="aborted",
+                cancelled=True,
             )
         except Exception as exc:
             # A bug after the claim: whether bytes left is unknown, so never send again.
@@ -302,23 +306,41 @@ class Runner:
                 update={"status": "unknown", "error_code": "internal"}
             )
             return SentCall(
-                "unknown", receipt, reason="decision_interrupted",
-                detail=f"internal error: {type(exc).__name__}", error_code="internal",
+                "unknown",
+                receipt,
+                reason="decision_interrupted",
+                detail=f"internal error: {type(exc).__name__}",
+                error_code="internal",
             )
         self.stats.add(result.receipt)
         return SentCall("answered", result.receipt, answers=result.answers)
 
-    async def await_claim(self, job_id: str, step: str, call: CallRow) -> CallRow | JobRow:
+    async def await_claim(
+        self,
+        job_id: str,
+        step: str,
+        call: CallRow,
+        lost_cost: tuple[float | None, str | None] = (None, None),
+    ) -> CallRow | JobRow:
         """A call another delivery holds, once it is settled; or the job's row, if that
         delivery finished the job meanwhile (publish its message then).
 
         A live claim (its lease still runs) is waited for; one whose lease ran out belonged to
-        a worker that died mid-call, and is booked ``unknown``. Nothing is ever sent here.
+        a worker that died mid-call, and is booked ``unknown`` at ``lost_cost`` (the
+        provider's list price as an estimate where it has one). Nothing is ever sent here.
         """
         while call.status == "claimed":
             now = _now()
             if call.lease_expires < now:
-                return await self._db(self.ledger.expire_claim, job_id=job_id, step=step, now=now)
+                usd, basis = lost_cost
+                return await self._db(
+                    self.ledger.expire_claim,
+                    job_id=job_id,
+                    step=step,
+                    now=now,
+                    cost_usd=usd,
+                    cost_basis=basis,
+                )
             await asyncio.sleep(min(DUPLICATE_POLL_S, (call.lease_expires - now).total_seconds()))
             row = await self._db(self.ledger.get_job, job_id=job_id)
             if row is not None and row.terminal_message is not None:
@@ -328,9 +350,14 @@ class Runner:
             call = latest
         return call
 
-    async def _settle_existing(self, job: DecideJob, call: CallRow) -> str:
+    async def _settle_existing(
+        self,
+        job: DecideJob,
+        call: CallRow,
+        lost_cost: tuple[float | None, str | None] = (None, None),
+    ) -> str:
         """Another delivery claimed this call: never send; replay, wait for it, or escalate."""
-        settled = await self.await_claim(job.id, DECIDE_STEP, call)
+        settled = await self.await_claim(job.id, DECIDE_STEP, call, lost_cost)
         if isinstance(settled, JobRow):
             return await self._publish(settled, job.reply_to)
         call = settled
@@ -406,6 +433,18 @@ class Runner:
         kind = raw.get("kind") if isinstance(raw, dict) else None
         self.observer.job_finished(str(kind or "unknown"), "-", "rejected", None)
         return "rejected"
+
+
+def _lost_cost(
+    provider: DecisionProvider, prepared: PreparedRequest
+) -> tuple[float | None, str | None]:
+    """What a request lost with its worker is booked at: the provider's rule for an unknown
+    outcome (Parallel: its list price as an estimate; OpenRouter: unknown)."""
+    rule = getattr(provider, "unknown_cost", None)
+    if rule is None:
+        return None, None
+    cost = rule(prepared)
+    return cost.usd, cost.basis
 
 
 def _outcome(

@@ -119,6 +119,11 @@ class HttpDecisionProvider:
     def _unknown_cost(self, prepared: PreparedRequest) -> UnknownCost:
         return UnknownCost()
 
+    def unknown_cost(self, prepared: PreparedRequest) -> UnknownCost:
+        """What a sent request whose outcome is unknown is booked at (also when its worker
+        died with it in flight, which the ledger learns only later)."""
+        return self._unknown_cost(prepared)
+
     def _evidence(self, body: Any) -> list[Evidence]:
         return []
 
