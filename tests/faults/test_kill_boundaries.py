@@ -7,12 +7,14 @@ jobs of a chunk run concurrently, so a kill catches its neighbours mid-flight to
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Callable
 
 import pytest
 
 from tests.faults.conftest import FleetFactory
+from tests.support.chaos import pool_processes
 from tests.support.checker import Figures
 from worker.faults import FAULT_POINTS
 
@@ -82,4 +84,56 @@ def test_kill_9_while_the_request_is_in_flight(
     assert figures.outcomes[target] == "escalation:decision_interrupted"
     assert figures.requests_by_job[target] == 1
     assert figures.call_states[target] == ["unknown"]
+    assert figures.lost == 0 and figures.duplicates == 0
+
+
+#: Pool process only (the OOM killer's choice): Celery requeues its message at once
+#: (``task_reject_on_worker_lost``) and the same worker delivers it again, while the dead
+#: delivery's lease still runs. ``after_publish`` is left out: its redelivery would reach
+#: the same fault point again and again.
+POOL_POINTS = ["after_claim", "after_response", "after_record"]
+
+
+@pytest.mark.parametrize("point", POOL_POINTS)
+def test_kill_9_of_a_pool_process_at_a_boundary(
+    new_fleet: FleetFactory, report: Callable[[Figures], Figures], point: str
+) -> None:
+    crew = new_fleet(f"pool-{point}")
+    jobs = crew.jobs(4)
+    target = jobs[1]["id"]
+    worker = crew.start_worker(fault_point=point, fault_job=target)
+    submitted = crew.submit(jobs)
+    pairs = crew.pairs(submitted.job_ids)
+    crew.expect_replies(pairs, timeout_s=60)
+    assert worker.alive()
+    assert "exited with 'signal 9 (SIGKILL)'" in worker.text()
+    figures = report(crew.check(pairs, reap=False))
+    outcome, requests, state = EXPECTED[point]
+    assert figures.outcomes[target] == outcome
+    assert figures.requests_by_job[target] == requests
+    assert figures.call_states[target] == [state]
+    assert figures.lost == 0 and figures.duplicates == 0
+
+
+def test_kill_9_of_the_pool_while_requests_are_in_flight(
+    new_fleet: FleetFactory, report: Callable[[Figures], Figures]
+) -> None:
+    crew = new_fleet("pool-in-flight")
+    jobs = crew.jobs(4)
+    in_flight = [j["id"] for j in jobs[:2]]
+    crew.slow(2000, in_flight)
+    worker = crew.start_worker(worker_concurrency="2")
+    submitted = crew.submit(jobs)
+    crew.wait_counted(in_flight)
+    pool = pool_processes(worker)
+    assert len(pool) == 2
+    for pid in pool:
+        os.kill(pid, signal.SIGKILL)
+    pairs = crew.pairs(submitted.job_ids)
+    crew.expect_replies(pairs, timeout_s=60)
+    assert worker.alive()
+    figures = report(crew.check(pairs, reap=False))
+    for job_id in in_flight:
+        assert figures.outcomes[job_id] == "escalation:decision_interrupted"
+        assert figures.requests_by_job[job_id] == 1
     assert figures.lost == 0 and figures.duplicates == 0
