@@ -12,7 +12,12 @@ The promise being checked, per (job id, reply stream) a producer submitted:
 - a call whose outcome is unknown escalates its job ``decision_interrupted`` (and was never
   asked again); a ``deadline_exceeded`` or ``rejected`` job sent nothing;
 - every escalation reaches the escalation stream once;
-- no job is lost: each has its terminal message, if need be after the reaper ran.
+- no job is lost: each has its terminal message, if need be after the reaper ran, or, for a
+  job the ledger never saw whose message the broker no longer holds, after the producer
+  resubmitted it (``recover``). kombu's Redis transport pops a message (BRPOP) and records it
+  as unacknowledged in a second round trip: a consumer killed in between takes the message
+  with it (celery/celery#4354, #7950). Resubmitting is safe, the ledger sends nothing twice;
+  such jobs are counted as ``broker_lost``, and a job the ledger did see is never resubmitted.
 
 ``check`` raises ``AssertionError`` listing every broken promise, else returns ``Figures``.
 """
@@ -51,12 +56,14 @@ class Figures:
     escalated: dict[str, int] = field(default_factory=dict)
     unknown_calls: int = 0
     reaped: int = 0
+    broker_lost: int = 0
     escalation_duplicates: int = 0
     #: Per job id: its terminal outcome (``result``, ``escalation:<reason>``, ``rejected``,
     #: ``lost``), the requests the faux received for it, and its calls' ledger states.
     outcomes: dict[str, str] = field(default_factory=dict, repr=False)
     requests_by_job: dict[str, int] = field(default_factory=dict, repr=False)
     call_states: dict[str, list[str]] = field(default_factory=dict, repr=False)
+    broker_lost_ids: list[str] = field(default_factory=list, repr=False)
 
     def line(self) -> str:
         escalated = ", ".join(f"{k}: {v}" for k, v in sorted(self.escalated.items())) or "none"
@@ -64,7 +71,7 @@ class Figures:
             f"jobs={self.jobs} requests={self.requests} duplicates={self.duplicates} "
             f"lost={self.lost} results={self.results} rejected={self.rejected} "
             f"escalated={{{escalated}}} unknown_calls={self.unknown_calls} "
-            f"reaped={self.reaped}"
+            f"reaped={self.reaped} broker_lost={self.broker_lost}"
         )
 
 
@@ -210,27 +217,45 @@ def check(
     faux_url: str,
     ledger_url: str,
     reap: Callable[[], object] | None = None,
+    recover: Callable[[list[str]], list[str]] | None = None,
     escalation_stream: str = keys.ESCALATION_STREAM,
 ) -> Figures:
-    """Check every (job id, reply stream) pair; runs ``reap`` once if a job has no message."""
+    """Check every (job id, reply stream) pair.
+
+    If a job has no message, ``reap`` runs once; if some still have none and the ledger never
+    saw them, ``recover`` is given their ids and returns those it resubmitted (it resubmits
+    only what the broker no longer holds, and waits for their replies).
+    """
     wanted = list(dict.fromkeys(pairs))
     ledger = Ledger(ledger_url)
-    try:
-        views = _views(
+
+    def look() -> list[JobView]:
+        return _views(
             wanted, r=r, faux_url=faux_url, ledger=ledger, escalation_stream=escalation_stream
         )
+
+    try:
+        views = look()
         missing = [v for v in views if not v.entries]
         reaped = 0
+        resubmitted: list[str] = []
         if missing and reap is not None:
             reap()
-            views = _views(
-                wanted, r=r, faux_url=faux_url, ledger=ledger, escalation_stream=escalation_stream
-            )
+            views = look()
             reaped = len(missing) - sum(1 for v in views if not v.entries)
+        unseen = sorted({v.job_id for v in views if not v.entries and v.row is None})
+        if unseen and recover is not None:
+            resubmitted = recover(unseen)
+            views = look()
     finally:
         ledger.dispose()
     deduplicated = _deduplicated(r, sorted({s for _, s in wanted}))
-    figures = Figures(jobs=len(wanted), reaped=reaped)
+    figures = Figures(
+        jobs=len(wanted),
+        reaped=reaped,
+        broker_lost=len(resubmitted),
+        broker_lost_ids=sorted(resubmitted),
+    )
     problems: list[str] = []
     escalated: Counter[str] = Counter()
     for view in views:

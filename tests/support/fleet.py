@@ -169,6 +169,8 @@ class Fleet:
     settings: dict[str, str]
     r: redis.Redis
     workers: list[Worker] = field(default_factory=list)
+    #: Every job submitted through ``submit``, by id: what a producer would resubmit.
+    submitted: dict[str, Any] = field(default_factory=dict)
 
     @property
     def stream(self) -> str:
@@ -228,8 +230,12 @@ class Fleet:
     def submit(
         self, jobs: Iterable[Any], *, chunk_size: int = 1, stream: str | None = None
     ) -> SubmitReport:
+        batch = list(jobs)
+        for job in batch:
+            if isinstance(job, dict) and isinstance(job.get("id"), str):
+                self.submitted[job["id"]] = job
         client = self.client()
-        return client.submit_batch(jobs, reply_to=stream or self.stream, chunk_size=chunk_size)
+        return client.submit_batch(batch, reply_to=stream or self.stream, chunk_size=chunk_size)
 
     def pairs(self, job_ids: Iterable[str], stream: str | None = None) -> list[tuple[str, str]]:
         return [(job_id, stream or self.stream) for job_id in job_ids]
@@ -298,6 +304,15 @@ class Fleet:
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
+    def resubmit_lost(self, job_ids: list[str], timeout_s: float = 120) -> list[str]:
+        """Resubmit the jobs whose message the broker no longer holds, as a producer would."""
+        where = self.where_are(job_ids)
+        lost = [self.submitted[j] for j in job_ids if where[j] == "nowhere" and j in self.submitted]
+        if lost:
+            self.submit(lost)
+            self.wait_for(self.pairs([j["id"] for j in lost]), timeout_s)
+        return [j["id"] for j in lost]
+
     def check(self, pairs: Iterable[tuple[str, str]], *, reap: bool = True) -> Figures:
         return check(
             pairs,
@@ -305,6 +320,7 @@ class Fleet:
             faux_url=self.faux_url,
             ledger_url=self.ledger_url,
             reap=self.reap if reap else None,
+            recover=self.resubmit_lost if reap else None,
         )
 
     def ledger(self) -> Ledger:
