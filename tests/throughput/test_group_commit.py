@@ -165,3 +165,52 @@ def test_an_unreachable_ledger_fails_every_write_and_claims_nothing() -> None:
     outcomes = asyncio.run(scenario())
     group.close()
     assert all(isinstance(o, LedgerUnavailable) for o in outcomes)
+
+
+def test_a_new_id_twice_in_one_batch_is_opened_once_and_a_different_body_refused(
+    ledger: Ledger,
+) -> None:
+    group = GroupCommit(ledger)
+
+    async def scenario() -> list[Any]:
+        return await asyncio.gather(
+            group.open_job(**job("twice")),
+            group.open_job(**job("twice")),
+            group.open_job(**job("twice", fingerprint="other")),
+            *(group.open_job(**job(f"n{i}")) for i in range(10)),
+            return_exceptions=True,
+        )
+
+    first, again, other, *rest = asyncio.run(scenario())
+    group.close()
+    assert not isinstance(first, BaseException) and not isinstance(again, BaseException)
+    assert first.fingerprint == again.fingerprint == "f1"
+    assert isinstance(other, JobConflict)
+    assert all(not isinstance(r, BaseException) for r in rest)
+    assert ledger.status().jobs_total == 11
+
+
+def test_publishing_marks_are_idempotent_in_a_batch(ledger: Ledger) -> None:
+    group = GroupCommit(ledger)
+
+    async def scenario() -> list[Any]:
+        for job_id in ("p1", "p2"):
+            await group.open_job(**job(job_id))
+            await group.claim(**claim(job_id))
+            await group.finish_job(**answered(job_id))
+        await group.mark_published(job_id="p1")
+        # p1 a second time (a redelivery), p2 for the first time, "nope" never opened.
+        return await asyncio.gather(
+            group.mark_published(job_id="p1"),
+            group.mark_published(job_id="p2"),
+            group.mark_published(job_id="nope"),
+            return_exceptions=True,
+        )
+
+    again, first, missing = asyncio.run(scenario())
+    group.close()
+    assert again is None and first is None
+    assert isinstance(missing, JobNotFound)
+    p1, p2 = ledger.get_job("p1"), ledger.get_job("p2")
+    assert p1 is not None and p1.published_at is not None
+    assert p2 is not None and p2.published_at is not None
