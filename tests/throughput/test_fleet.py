@@ -86,11 +86,11 @@ def test_two_workers_stay_under_the_providers_rate_limit(
     crew_parts: tuple[str, str, str, Path],
 ) -> None:
     faux_url = crew_parts[2]
-    limits = json.dumps({"faux": {"per_second": 40}})
+    limits = json.dumps({"faux": {"per_second": 30}})
     with make_fleet(crew_parts, "limited", profile(60, provider_limits=limits)) as crew:
         crew.start_worker()
         crew.start_worker()
-        # The provider allows 50 a second; the fleet is configured for 40.
+        # The provider allows 50 a second; the fleet is configured for 30.
         httpx.put(f"{faux_url}/_faux/rate-limit", json={"per_second": 50}).raise_for_status()
         submitted = crew.submit(crew.jobs(240), chunk_size=16)
         pairs = crew.pairs(submitted.job_ids)
