@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 if "producer" in stages:
                     print("producer ...", flush=True)
                     results.producer(
-                        run_producer(client, r, config.producer_jobs, chunk_size=config.chunk_size)
+                        run_producer(client, r, config.producer_jobs, chunk_size=settings.chunk_size)
                     )
                 if "direct" in stages:
                     for latency in config.faux_latencies_ms:

@@ -20,16 +20,18 @@ class BenchConfig:
     warmup: int = 500
     noop_tasks: int = 4000
     producer_jobs: int = 100_000
-    #: Jobs per Celery message (the client's default).
-    chunk_size: int = 32
+    #: Jobs per Celery message in the saturated runs.
+    chunk_size: int = 16
     #: Celery pool of the one worker process: threads that all feed its one asyncio loop,
     #: so that chunk_size x threads decisions are in flight in one process.
     pool: str = "threads"
-    pool_threads: int = 16
+    #: 32 threads x chunks of 16: 512 in flight, and room for the paced runs' small
+    #: messages (each holds a thread for its chunk's provider latency).
+    pool_threads: int = 32
     #: Seconds of paced load at half the maximum rate, for the added latency; each tick's
     #: jobs go as one message (a producer sending what it has, every tick).
     latency_run_s: float = 4.0
-    latency_tick_s: float = 0.05
+    latency_tick_s: float = 0.02
     #: The RSS run: this many decisions in flight (faux latency long enough to hold them).
     rss_in_flight: int = 1000
     rss_latency_ms: float = 5000.0

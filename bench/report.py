@@ -219,7 +219,8 @@ def print_report(results: Results) -> None:
     if results.producer_rate:
         console.print(
             f"producer: {results.producer_rate:,.0f} jobs/s for "
-            f"{c.producer_jobs:,} jobs ({results.producer_messages} messages)"
+            f"{c.producer_jobs:,} jobs ({results.producer_messages} messages, the client's "
+            "default chunk size)"
         )
     targets = Table(title="targets (issue 6, item 4)")
     for column in ("target", "value", "goal", "met"):
