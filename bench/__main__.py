@@ -185,9 +185,9 @@ def main(argv: list[str] | None = None) -> int:
             with faux_process(logs / "faux.log") as faux_url:
                 if "producer" in stages:
                     print("producer ...", flush=True)
-                    results.producer(
-                        run_producer(client, r, config.producer_jobs, chunk_size=settings.chunk_size)
-                    )
+                    chunk = settings.chunk_size
+                    produced = run_producer(client, r, config.producer_jobs, chunk_size=chunk)
+                    results.producer(produced)
                 if "direct" in stages:
                     for latency in config.faux_latencies_ms:
                         print(f"direct {latency:g} ms ...", flush=True)
