@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
 from celery import Celery, Task
 
 from shared import keys
@@ -16,6 +17,10 @@ __all__ = ["register", "run_jobs"]
 
 #: Retrying a chunk whose ledger was unavailable is safe: nothing unclaimed was sent.
 LEDGER_RETRY_BACKOFF_MAX_S = 30
+#: Outages worth a retry. The reply streams' Redis gone at publish time leaves a finished
+#: job's message in the ledger's outbox; a retry publishes it from there (nothing is sent
+#: again), where a failed task would be acknowledged and the message never published.
+RETRIED = (LedgerUnavailable, SchemaBehind, redis.ConnectionError, redis.TimeoutError)
 
 
 def run_jobs(jobs: list[Any]) -> list[str]:
@@ -35,7 +40,7 @@ def register(celery: Celery) -> Task:
         name=keys.RUN_JOBS_TASK,
         shared=False,
         bind=True,
-        autoretry_for=(LedgerUnavailable, SchemaBehind),
+        autoretry_for=RETRIED,
         retry_backoff=True,
         retry_backoff_max=LEDGER_RETRY_BACKOFF_MAX_S,
         max_retries=None,

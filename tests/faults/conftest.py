@@ -70,9 +70,11 @@ def new_fleet(
             broker_url: str | None = None,
             ledger_url: str | None = None,
             r: Any = None,
+            streams_url: str | None = None,
         ) -> Fleet:
             if broker_url is None:
-                r, broker_url = broker, session_redis.url(REDIS_DB)
+                broker_url = session_redis.url(REDIS_DB)
+                r = r if streams_url is not None else broker
             if ledger_url is None:
                 ledger_url = stack.enter_context(postgres_schema("faults"))
             return stack.enter_context(
@@ -84,6 +86,7 @@ def new_fleet(
                     faux_url=faux_url,
                     logs=tmp_path,
                     settings=settings or profile(3),
+                    streams_url=streams_url,
                 )
             )
 

@@ -93,3 +93,27 @@ def test_postgres_unavailable_for_a_few_seconds_fails_closed(
     # Retried after the outage, claimed and sent: the ledger's return un-blocked the batch.
     assert len(set(crew.calls()) & ours) > len(set(during) & ours)
     assert figures.results >= 1
+
+
+def test_the_reply_streams_redis_down_when_jobs_finish(
+    private_redis: OwnRedis,  # the streams' Redis only; the broker stays up
+    new_fleet: FleetFactory,
+    report: Callable[[Figures], Figures],
+) -> None:
+    streams = redis.Redis.from_url(private_redis.url())
+    crew = new_fleet(
+        "streams-down", profile(10), r=streams, streams_url=private_redis.url()
+    )
+    crew.start_worker(worker_concurrency="2")
+    jobs = crew.jobs(8)
+    crew.slow(1500, [j["id"] for j in jobs])
+    submitted = crew.submit(jobs)  # validated, then queued on the broker
+    crew.wait_counted([j["id"] for j in jobs[:2]])
+    private_redis.kill()  # the answers come back while there is nowhere to publish them
+    time.sleep(4)
+    private_redis.start()
+    pairs = crew.pairs(submitted.job_ids)
+    crew.expect_replies(pairs, timeout_s=90)
+    figures = report(crew.check(pairs))
+    assert figures.lost == 0 and figures.duplicates == 0
+    assert all(figures.requests_by_job[j] == 1 for j in submitted.job_ids)

@@ -168,9 +168,18 @@ class Fleet:
     logs: Path
     settings: dict[str, str]
     r: redis.Redis
+    #: The Redis of the reply and escalation streams (``r``), when not the broker's.
+    streams_url: str | None = None
     workers: list[Worker] = field(default_factory=list)
     #: Every job submitted through ``submit``, by id: what a producer would resubmit.
     submitted: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def broker(self) -> redis.Redis:
+        """The broker's Redis (kombu's queue and unacked bookkeeping)."""
+        if self.streams_url is None:
+            return self.r
+        return redis.Redis.from_url(self.broker_url)
 
     @property
     def stream(self) -> str:
@@ -179,7 +188,7 @@ class Fleet:
     def env(self, **extra: str) -> dict[str, str]:
         return decisions_env(
             broker_url=self.broker_url,
-            redis_url=self.broker_url,
+            redis_url=self.streams_url or self.broker_url,
             ledger_url=self.ledger_url,
             faux_url=self.faux_url,
             **{**self.settings, **extra},
@@ -215,7 +224,7 @@ class Fleet:
     def producer_settings(self) -> Settings:
         return Settings(
             broker_url=self.broker_url,
-            redis_url=self.broker_url,
+            redis_url=self.streams_url or self.broker_url,
             ledger_url=self.ledger_url,
             deadline_ceiling_s=float(self.settings["deadline_ceiling_s"]),
             default_timeout_s=float(self.settings["default_timeout_s"]),
@@ -270,17 +279,17 @@ class Fleet:
     def broker_state(self) -> dict[str, object]:
         """The Redis transport's bookkeeping: queued, delivered-unacked, the sweep's mutex."""
         return {
-            "queued": self.r.llen(keys.CELERY_QUEUE),
-            "unacked": self.r.hlen("unacked"),
-            "unacked_index": self.r.zrange("unacked_index", 0, -1, withscores=True),
-            "unacked_mutex_ttl": self.r.ttl("unacked_mutex"),
+            "queued": self.broker.llen(keys.CELERY_QUEUE),
+            "unacked": self.broker.hlen("unacked"),
+            "unacked_index": self.broker.zrange("unacked_index", 0, -1, withscores=True),
+            "unacked_mutex_ttl": self.broker.ttl("unacked_mutex"),
             "now": time.time(),
         }
 
     def where_are(self, job_ids: Collection[str]) -> dict[str, str]:
         """Where the broker holds each job's message: ``queued``, ``unacked`` or ``nowhere``."""
-        held = [("queued", m) for m in self.r.lrange(keys.CELERY_QUEUE, 0, -1)]
-        held += [("unacked", m) for m in self.r.hvals("unacked")]
+        held = [("queued", m) for m in self.broker.lrange(keys.CELERY_QUEUE, 0, -1)]
+        held += [("unacked", m) for m in self.broker.hvals("unacked")]
         found: dict[str, str] = {}
         for place, stored in held:
             text = _message_body(stored)
@@ -381,12 +390,13 @@ def fleet(
     faux_url: str,
     logs: Path,
     settings: Mapping[str, str],
+    streams_url: str | None = None,
 ) -> Iterator[Fleet]:
     """A fleet with a migrated ledger and no workers yet; every worker is stopped at the end."""
     with Ledger(ledger_url) as ledger:
         ledger.migrate()
     httpx.put(f"{faux_url}/_faux/behaviour", content="{}", timeout=10).raise_for_status()
-    crew = Fleet(name, broker_url, ledger_url, faux_url, logs, dict(settings), r)
+    crew = Fleet(name, broker_url, ledger_url, faux_url, logs, dict(settings), r, streams_url)
     try:
         yield crew
     finally:
