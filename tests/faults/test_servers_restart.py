@@ -117,3 +117,33 @@ def test_the_reply_streams_redis_down_when_jobs_finish(
     figures = report(crew.check(pairs))
     assert figures.lost == 0 and figures.duplicates == 0
     assert all(figures.requests_by_job[j] == 1 for j in submitted.job_ids)
+
+
+def test_the_reply_streams_redis_full_when_jobs_finish(
+    private_redis: OwnRedis,
+    new_fleet: FleetFactory,
+    report: Callable[[Figures], Figures],
+) -> None:
+    # Redis with noeviction refuses writes when full (OOM): not an outage, an error reply.
+    streams = redis.Redis.from_url(private_redis.url())
+    crew = new_fleet(
+        "streams-full", profile(10, reaper_interval_s="1"), r=streams,
+        streams_url=private_redis.url(),
+    )
+    crew.start_worker(worker_concurrency="2")
+    jobs = crew.jobs(6)
+    crew.slow(1500, [j["id"] for j in jobs])
+    submitted = crew.submit(jobs)
+    crew.wait_counted([j["id"] for j in jobs[:2]])
+    used = int(streams.info("memory")["used_memory"])
+    streams.config_set("maxmemory", str(used))  # full: every further write is refused
+    try:
+        wait_until(lambda: crew.ledger_figures().jobs_unpublished >= 2, 30, "failed publishes")
+    finally:
+        streams.config_set("maxmemory", "0")
+    pairs = crew.pairs(submitted.job_ids)
+    # The worker's reaper publishes what the outbox still holds.
+    crew.expect_replies(pairs, timeout_s=60)
+    figures = report(crew.check(pairs, reap=False))
+    assert figures.lost == 0 and figures.duplicates == 0
+    assert crew.ledger_figures().jobs_unpublished == 0

@@ -31,7 +31,7 @@ from shared.settings import Settings
 from shared.streams import read_stream
 from tests.support.checker import TERMINAL, Figures, check, faux_calls
 from tests.support.processes import DECISIONS, decisions_env, wait_log
-from worker.ledger import Ledger
+from worker.ledger import Ledger, LedgerStatus
 
 __all__ = [
     "QUESTIONS",
@@ -334,6 +334,10 @@ class Fleet:
 
     def ledger(self) -> Ledger:
         return Ledger(self.ledger_url)
+
+    def ledger_figures(self) -> LedgerStatus:
+        with self.ledger() as ledger:
+            return ledger.status()
 
     # --- the faux server ---------------------------------------------------------------
     def calls(self) -> dict[str, int]:

@@ -90,13 +90,17 @@ def unknown() -> None:
 
 @ledger_app.command("reap")
 def reap() -> None:
-    """Book expired claims unknown and escalate their jobs (workers do this periodically)."""
+    """Book expired claims unknown and escalate their jobs; publish what the outbox holds.
+
+    Workers do both periodically (DECISIONS_REAPER_INTERVAL_S)."""
     from worker import context
-    from worker.reaper import reap_once
+    from worker.reaper import reap_once, relay_outbox
 
     ctx = context.current()
     settled = ctx.loop.run(reap_once(ctx.ledger, ctx.runner))
+    relayed = ctx.loop.run(relay_outbox(ctx.ledger, ctx.runner))
     console.print(f"escalated {settled} job(s) whose call's lease had run out")
+    console.print(f"published {relayed} stored message(s) whose publish had failed")
 
 
 def _as_dict(figures: object) -> dict[str, object]:
