@@ -214,3 +214,19 @@ def test_publishing_marks_are_idempotent_in_a_batch(ledger: Ledger) -> None:
     p1, p2 = ledger.get_job("p1"), ledger.get_job("p2")
     assert p1 is not None and p1.published_at is not None
     assert p2 is not None and p2.published_at is not None
+
+
+def test_the_stand_ins_take_the_ledgers_defaults(ledger: Ledger) -> None:
+    group = GroupCommit(ledger)
+
+    async def scenario() -> Any:
+        await group.open_job(**job("late"))
+        # Ledger.finish_job(outcome=None): a job that ends with no call (dequeued too late).
+        return await group.finish_job(
+            job_id="late", message_type="escalation", reason="deadline_exceeded",
+            message_json='{"type": "escalation"}',
+        )
+
+    row = asyncio.run(scenario())
+    group.close()
+    assert row.terminal_type == "escalation" and row.terminal_reason == "deadline_exceeded"

@@ -53,7 +53,8 @@ def _claim(conn: Connection, now: datetime, kwargs: dict[str, Any]) -> Any:
 
 
 def _finish_job(conn: Connection, now: datetime, kwargs: dict[str, Any]) -> Any:
-    return job_ops.finish_job(conn, now=now, **kwargs)
+    # Ledger.finish_job's default: a job finished without a call to record.
+    return job_ops.finish_job(conn, now=now, **{"outcome": None, **kwargs})
 
 
 def _mark_published(conn: Connection, now: datetime, kwargs: dict[str, Any]) -> Any:
