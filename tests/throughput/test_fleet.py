@@ -96,6 +96,7 @@ def test_two_workers_stay_under_the_providers_rate_limit(
         pairs = crew.pairs(submitted.job_ids)
         assert crew.wait_for(pairs, timeout_s=120) == set()
         seen = httpx.get(f"{faux_url}/_faux/rate-limit").json()
+        print(f"the faux under its 50/s limit: {seen}")
         figures = crew.check(pairs, reap=False)
 
     assert figures.results == 240 and figures.lost == 0
