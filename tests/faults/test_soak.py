@@ -69,7 +69,7 @@ def test_soak_with_workers_killed_every_few_seconds(
     print(
         f"soak: {len(submitted)} jobs in {produced_s:.0f} s of chaos (seed {chaos.seed}): "
         f"{chaos.figures.group_kills} worker kills, {chaos.figures.pool_kills} pool-process "
-        f"kills, {chaos.figures.starts} starts; {len(missing)} waited for the reaper; "
+        f"kills, {chaos.figures.starts} starts; {len(missing)} still silent after the wait; "
         f"{figures.line()}"
     )
     assert len(submitted) == JOBS
