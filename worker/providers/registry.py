@@ -12,7 +12,6 @@ none is passed the registry makes one and closes it in ``aclose``). The faux is 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -20,6 +19,7 @@ import httpx
 
 from shared.errors import ConfigurationError, FieldProblem
 from shared.settings import Settings
+from worker.named_registry import NamedRegistry
 from worker.providers.base import DecisionProvider
 from worker.providers.limiter import Limiter
 from worker.providers.openai import OpenAIDecisionsProvider
@@ -40,22 +40,8 @@ def _faux_transport(settings: Settings) -> httpx.AsyncBaseTransport:
     return FauxProvider(behaviour).transport()
 
 
-class ProviderRegistry:
-    def __init__(
-        self,
-        providers: Mapping[str, DecisionProvider],
-        *,
-        default_name: str,
-        owned_clients: tuple[httpx.AsyncClient, ...] = (),
-    ) -> None:
-        if default_name not in providers:
-            raise ConfigurationError(
-                f"default provider {default_name!r} is not known; known: "
-                f"{', '.join(sorted(providers))}"
-            )
-        self._providers = dict(providers)
-        self.default_name = default_name
-        self._owned = owned_clients
+class ProviderRegistry(NamedRegistry[DecisionProvider]):
+    noun = "provider"
 
     @classmethod
     def from_settings(
@@ -97,27 +83,13 @@ class ProviderRegistry:
             providers[name] = system_one(SystemOneConfig.host(name, host), http)
         return cls(providers, default_name=settings.default_provider, owned_clients=tuple(owned))
 
-    def names(self) -> tuple[str, ...]:
-        return tuple(self._providers)
-
-    def get(self, name: str | None = None) -> DecisionProvider:
-        """The provider called ``name`` (the default for ``None``); ``ConfigurationError`` if
-        unknown, listing the known names."""
-        key = name or self.default_name
-        try:
-            return self._providers[key]
-        except KeyError:
-            raise ConfigurationError(
-                f"unknown provider {key!r}; known: {', '.join(self.names())}"
-            ) from None
-
     def check(self, provider_name: str | None, model: str | None) -> list[FieldProblem]:
         """What is wrong with asking ``provider_name`` for ``model`` (pure, no I/O).
 
         Used at submit time and by the worker before anything is sent.
         """
         name = provider_name or self.default_name
-        provider = self._providers.get(name)
+        provider = self._items.get(name)
         if provider is None:
             return [
                 FieldProblem(
@@ -145,7 +117,7 @@ class ProviderRegistry:
         """One row per provider for ``decisions providers``: never a key, only whether its
         variable is set."""
         rows = []
-        for name, provider in self._providers.items():
+        for name, provider in self._items.items():
             key_env = getattr(provider, "key_env", None)
             key_set = getattr(provider, "key_is_set", None)
             rows.append(
@@ -158,14 +130,7 @@ class ProviderRegistry:
                     "limits": asdict(provider.limits),
                     "key_env": key_env,
                     "key_set": bool(key_set) if key_set is not None else None,
-                    "experimental_inputs": list(
-                        getattr(provider, "experimental_inputs", ()) or ()
-                    ),
+                    "experimental_inputs": list(getattr(provider, "experimental_inputs", ()) or ()),
                 }
             )
         return rows
-
-    async def aclose(self) -> None:
-        """Close the clients the registry made (never the one passed in)."""
-        for client in self._owned:
-            await client.aclose()

@@ -8,13 +8,13 @@ reached at ``settings.faux_url`` through it when set, else in process.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import httpx
 
 from shared.errors import ConfigurationError, FieldProblem
 from shared.settings import Settings
+from worker.named_registry import NamedRegistry
 from worker.providers.limiter import Limiter
 from worker.providers.transport import TransportPolicy
 from worker.runtimes.chat import ChatConfig, ChatRuntime
@@ -31,22 +31,8 @@ def _faux_transport(settings: Settings) -> httpx.AsyncBaseTransport:
     return FauxProvider(FauxBehaviour(latency_ms=settings.faux_latency_ms)).transport()
 
 
-class RuntimeRegistry:
-    def __init__(
-        self,
-        runtimes: Mapping[str, ChatRuntime],
-        *,
-        default_name: str,
-        owned_clients: tuple[httpx.AsyncClient, ...] = (),
-    ) -> None:
-        if default_name not in runtimes:
-            raise ConfigurationError(
-                f"default runtime {default_name!r} is not known; known: "
-                f"{', '.join(sorted(runtimes))}"
-            )
-        self._runtimes = dict(runtimes)
-        self.default_name = default_name
-        self._owned = owned_clients
+class RuntimeRegistry(NamedRegistry[ChatRuntime]):
+    noun = "runtime"
 
     @classmethod
     def from_settings(
@@ -86,22 +72,10 @@ class RuntimeRegistry:
             runtimes[name] = runtime(ChatConfig.host(name, host), http)
         return cls(runtimes, default_name=settings.default_runtime, owned_clients=tuple(owned))
 
-    def names(self) -> tuple[str, ...]:
-        return tuple(self._runtimes)
-
-    def get(self, name: str | None = None) -> ChatRuntime:
-        key = name or self.default_name
-        try:
-            return self._runtimes[key]
-        except KeyError:
-            raise ConfigurationError(
-                f"unknown runtime {key!r}; known: {', '.join(self.names())}"
-            ) from None
-
     def check(self, provider: str | None, model: str | None) -> list[FieldProblem]:
         """What is wrong with a menu job's ``runtime`` (pure, no I/O), by field."""
         name = provider or self.default_name
-        runtime = self._runtimes.get(name)
+        runtime = self._items.get(name)
         if runtime is None:
             return [
                 FieldProblem(
@@ -123,9 +97,5 @@ class RuntimeRegistry:
                 "models": list(rt.models()) or ["(any)"],
                 "key_env": rt.key_env,
             }
-            for name, rt in self._runtimes.items()
+            for name, rt in self._items.items()
         ]
-
-    async def aclose(self) -> None:
-        for client in self._owned:
-            await client.aclose()
