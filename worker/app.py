@@ -1,9 +1,10 @@
 """The Celery app: ``celery -A worker.app worker`` (or ``decisions worker``).
 
 Its settings follow from the ledger's contract: Celery may deliver a message twice, the ledger
-decides whether anything is sent. JSON only (pickle runs code on load), late ack, requeue when
-a pool process dies, one message reserved at a time, a visibility timeout well above the
-longest deadline, and a soft time limit below the hard one, both above the deadline ceiling.
+decides whether anything is sent. JSON only (no serializer that runs code on load), late ack,
+requeue when a pool process dies, one message reserved at a time, a visibility timeout well
+above the longest deadline, and a soft time limit below the hard one, both above the deadline
+ceiling.
 """
 
 from __future__ import annotations
