@@ -53,10 +53,12 @@ from worker.providers.transport import (
 __all__ = [
     "FAUX_DEFAULT_MODEL",
     "FAUX_IN_PROCESS_URL",
+    "FAUX_KEY",
     "SYSTEM_ONE_LIMITS",
     "TYPESAFE_REQUEST_ID_HEADER",
     "SystemOneConfig",
     "SystemOneProvider",
+    "faux_api_base",
 ]
 
 TYPESAFE_REQUEST_ID_HEADER: Final = "x-typesafe-request-id"
@@ -66,6 +68,11 @@ FAUX_DEFAULT_MODEL: Final = "faux-1"
 FAUX_KEY: Final = "faux-no-secret"
 #: Base URL of the in-process faux; ``.invalid`` never resolves, so nothing can leave.
 FAUX_IN_PROCESS_URL: Final = "http://faux.invalid"
+
+
+def faux_api_base(settings: Settings) -> str:
+    """The faux's OpenRouter-flavoured base (``.../api``): its server, or the in-process one."""
+    return (settings.faux_url or FAUX_IN_PROCESS_URL).rstrip("/") + "/api"
 #: The contract's own limits (every System One host): 1 to 255 options, 2 to 10 levels.
 SYSTEM_ONE_LIMITS: Final = ProviderLimits(
     min_choice_options=1, max_choice_options=255, min_score_levels=2, max_score_levels=10
@@ -123,7 +130,7 @@ class SystemOneConfig:
     @classmethod
     def faux(cls, settings: Settings) -> SystemOneConfig:
         """The faux as OpenRouter (``/api/v1/systemone``): ids, reported cost, a catalog."""
-        base = (settings.faux_url or FAUX_IN_PROCESS_URL).rstrip("/") + "/api"
+        base = faux_api_base(settings)
         return cls(
             name="faux",
             base_url=base,

@@ -36,6 +36,7 @@ from shared.settings import ChatHost, Settings
 from worker.providers.httpbase import CALL_KEY_HEADER, header_value
 from worker.providers.limiter import Limiter
 from worker.providers.outcomes import call_status
+from worker.providers.systemone import FAUX_KEY, faux_api_base
 from worker.providers.transport import (
     AuthSpec,
     OutboundRequest,
@@ -64,8 +65,6 @@ __all__ = [
 CHAT_PATH: Final = "/v1/chat/completions"
 #: The model the faux runtime asks for when a job names none.
 FAUX_CHAT_MODEL: Final = "faux-chat-1"
-_FAUX_KEY: Final = "faux-no-secret"
-_FAUX_IN_PROCESS_URL: Final = "http://faux.invalid"
 #: The deadline of an ``exec`` called without one (the Python API).
 DEFAULT_EXEC_TIMEOUT_S: Final = 120.0
 
@@ -111,14 +110,14 @@ class ChatConfig:
     @classmethod
     def faux(cls, settings: Settings) -> ChatConfig:
         """The faux as OpenRouter (``/api/v1/chat/completions``): ids and a reported cost."""
-        base = (settings.faux_url or _FAUX_IN_PROCESS_URL).rstrip("/") + "/api"
+        base = faux_api_base(settings)
         return cls(
             name="faux",
             base_url=base,
             key_env=None,
             default_model=FAUX_CHAT_MODEL,
             usage_include=True,
-            fixed_key=_FAUX_KEY,
+            fixed_key=FAUX_KEY,
         )
 
     @classmethod
