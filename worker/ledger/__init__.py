@@ -6,6 +6,7 @@ engine settings, and why, in ``engine``; schema versions in ``schema`` and ``mig
 """
 
 from worker.ledger.errors import CallNotFound, ClaimLost, JobNotFound, LedgerUnavailable
+from worker.ledger.pack_ops import MemberClaim, MemberFinish, PackClaim
 from worker.ledger.rows import (
     CALL_STATUSES,
     OUTCOME_STATUSES,
@@ -36,7 +37,10 @@ __all__ = [
     "Ledger",
     "LedgerStatus",
     "LedgerUnavailable",
+    "MemberClaim",
+    "MemberFinish",
     "OutcomeStatus",
+    "PackClaim",
     "current_revision",
     "head_revision",
 ]

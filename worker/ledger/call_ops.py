@@ -55,6 +55,7 @@ _RECLAIM = (
         provider=bindparam("v_provider"),
         model=bindparam("v_model"),
         request_sha256=bindparam("v_sha"),
+        pack_id=bindparam("v_pack"),
         lease_expires=bindparam("v_lease"),
         claimed_at=bindparam("v_now"),
         # The new attempt starts clean; the old one's outcome is not its outcome.
@@ -119,6 +120,7 @@ def claim_call(
     request_sha256: str | None,
     lease_expires: datetime,
     now: datetime,
+    pack_id: str | None = None,
 ) -> Claim:
     lease = to_utc(lease_expires)
     try:
@@ -131,6 +133,7 @@ def claim_call(
                 "provider": provider,
                 "model": model,
                 "request_sha256": request_sha256,
+                "pack_id": pack_id,
                 "status": "claimed",
                 "lease_expires": lease,
                 "claims": 1,
@@ -151,6 +154,7 @@ def claim_call(
             "v_provider": provider,
             "v_model": model,
             "v_sha": request_sha256,
+            "v_pack": pack_id,
             "v_lease": lease,
             "v_now": now,
         },

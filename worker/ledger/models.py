@@ -133,6 +133,9 @@ calls = Table(
     Column("error_code", String, nullable=True),
     Column("receipt_json", Text, nullable=True),
     Column("outcome_json", Text, nullable=True),
+    # Set on the calls of jobs packed into one request (``worker.packs``): the request is
+    # counted once, and each member's row holds its own answers and its share of the cost.
+    Column("pack_id", String, nullable=True, index=True),
     PrimaryKeyConstraint("job_id", "step"),
     CheckConstraint(
         "status IN ('claimed', 'answered', 'failed', 'not_sent', 'unknown')", name="status"

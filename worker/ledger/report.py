@@ -1,10 +1,10 @@
-"""Ledger figures for ``decisions status``: two GROUP BY queries, no row is loaded."""
+"""Ledger figures for ``decisions status``: three aggregate queries, no row is loaded."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from sqlalchemy import func, select
+from sqlalchemy import distinct, func, select
 from sqlalchemy.engine import Connection
 
 from worker.ledger.models import calls, jobs
@@ -28,9 +28,16 @@ def ledger_status(conn: Connection, batch: str | None = None) -> LedgerStatus:
         func.count(calls.c.cost_usd),
         func.sum(calls.c.claims),
     ).group_by(calls.c.status, calls.c.cost_basis)
+    # A packed request is one request however many jobs' calls it answered.
+    pack_stmt = select(func.count(), func.count(distinct(calls.c.pack_id))).where(
+        calls.c.pack_id.is_not(None) & calls.c.status.in_(sorted(SENT_STATUSES))
+    )
     if batch is not None:
         job_stmt = job_stmt.where(jobs.c.batch == batch)
         call_stmt = call_stmt.join(jobs, jobs.c.job_id == calls.c.job_id).where(
+            jobs.c.batch == batch
+        )
+        pack_stmt = pack_stmt.join(jobs, jobs.c.job_id == calls.c.job_id).where(
             jobs.c.batch == batch
         )
 
@@ -65,6 +72,7 @@ def ledger_status(conn: Connection, batch: str | None = None) -> LedgerStatus:
             # Calls with no cost at all: the sum is unknown, not 0.
             cost.setdefault(key, None)
 
+    packed_calls, packs = conn.execute(pack_stmt).one()
     return LedgerStatus(
         batch=batch,
         jobs_total=total,
@@ -75,6 +83,8 @@ def ledger_status(conn: Connection, batch: str | None = None) -> LedgerStatus:
         calls_by_status=dict(by_status),
         calls_by_basis=dict(by_basis),
         cost_by_basis=cost,
-        requests_sent=sent,
+        requests_sent=sent - packed_calls + packs,
+        calls_sent=sent,
+        requests_packed=packs,
         claims_total=claims,
     )

@@ -72,6 +72,8 @@ class CallRow:
     error_code: str | None
     receipt_json: str | None
     outcome_json: str | None
+    #: The shared request's id when the call was packed with other jobs' (else None).
+    pack_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -121,8 +123,12 @@ class LedgerStatus:
     #: Sent calls by cost basis (reported, estimate, unknown).
     calls_by_basis: dict[str, int] = field(default_factory=dict)
     cost_by_basis: dict[str, float | None] = field(default_factory=dict)
-    #: Calls whose request may have left: answered + failed + unknown.
+    #: Requests that may have left (answered + failed + unknown calls, a packed request once).
     requests_sent: int = 0
+    #: Calls whose request may have left; more than ``requests_sent`` when jobs were packed.
+    calls_sent: int = 0
+    #: Of ``requests_sent``, the requests that carried several jobs' questions.
+    requests_packed: int = 0
     #: Claims committed, counting re-claims of ``not_sent`` calls.
     claims_total: int = 0
 

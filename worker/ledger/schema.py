@@ -74,13 +74,14 @@ def current_revision(target: Connection | Engine | str) -> str | None:
             engine.dispose()
 
 
-def migrate(connection: Connection) -> None:
-    """``alembic upgrade head`` inside the caller's transaction; a no-op when at head."""
+def migrate(connection: Connection, revision: str = "head") -> None:
+    """``alembic upgrade`` (to head unless told) inside the caller's transaction; a no-op
+    when there already."""
     if connection.dialect.name == "postgresql":
         # Two workers starting together would both CREATE TABLE; the second one waits here
         # for the first to commit, then finds the schema at head.
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATE_LOCK})
-    command.upgrade(alembic_config(connection), "head")
+    command.upgrade(alembic_config(connection), revision)
 
 
 def check_schema(connection: Connection) -> None:

@@ -15,7 +15,7 @@ Ledger is thread-safe (each transaction checks out its own pooled connection).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from types import TracebackType
@@ -25,9 +25,11 @@ from sqlalchemy.engine import Connection, make_url
 
 from shared.errors import LedgerError
 from shared.settings import Settings
-from worker.ledger import call_ops, job_ops, schema
+from worker.ledger import call_ops, job_ops, pack_ops, schema
 from worker.ledger.engine import READ_ONLY, describe_url, make_engine, translate_error
+from worker.ledger.errors import ClaimLost
 from worker.ledger.models import calls, to_utc
+from worker.ledger.pack_ops import MemberClaim, MemberFinish, PackClaim
 from worker.ledger.report import ledger_status
 from worker.ledger.rows import CallOutcome, CallRow, Claim, JobRow, LedgerStatus
 from worker.ledger.sql import utcnow
@@ -232,6 +234,50 @@ class Ledger:
                 lease_expires=lease_expires,
                 now=self._now(),
             )
+
+    def claim_pack(
+        self,
+        *,
+        members: Sequence[MemberClaim],
+        step: str,
+        provider: str,
+        model: str | None,
+        request_sha256: str,
+        pack_id: str,
+    ) -> PackClaim:
+        """Claim the call ``step`` of every member for one shared request, all or none.
+
+        ``fresh`` when every member's call was claimed (committed before this returns: the
+        caller may send the request). Otherwise nothing was claimed, and ``taken`` holds the
+        stored calls that were not free: those members cannot be in the request.
+        """
+        with self._tx() as conn:
+            taken = pack_ops.claim_members(
+                conn,
+                members=members,
+                step=step,
+                provider=provider,
+                model=model,
+                request_sha256=request_sha256,
+                pack_id=pack_id,
+                now=self._now(),
+            )
+            if taken:
+                transaction = conn.get_transaction()
+                assert transaction is not None
+                transaction.rollback()
+                return PackClaim(fresh=False, taken=taken)
+        return PackClaim(fresh=True, taken={})
+
+    def finish_pack(self, *, members: Sequence[MemberFinish]) -> list[JobRow | ClaimLost]:
+        """Record every member's outcome and terminal message in one transaction.
+
+        Per member, as ``finish_job``: a job finished already keeps its message (its row
+        comes back), and a member whose call was expired meanwhile gets its ``ClaimLost``
+        back with nothing written for it.
+        """
+        with self._tx() as conn:
+            return pack_ops.finish_members(conn, members=members, now=self._now())
 
     def record(self, *, job_id: str, outcome: CallOutcome) -> CallRow:
         """Close a claimed call with its outcome.
