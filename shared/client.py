@@ -31,9 +31,11 @@ from shared.estimate import (
     EstimateReport,
     Price,
     default_prices,
+    plan_pack,
     planned_requests,
 )
-from shared.jobs import JOB_TYPES, Job, parse_job
+from shared.jobs import JOB_TYPES, DecideJob, Job, parse_job
+from shared.packs import PackBuffer, pack_key
 from shared.rejection import rejection_for
 from shared.replies import TERMINAL_TYPES, Reply, parse_reply
 from shared.settings import Settings, get_settings
@@ -153,34 +155,58 @@ class Client:
         reply_to: str | None = None,
         chunk_size: int | None = None,
         on_progress: Callable[[int], None] | None = None,
+        pack: bool = False,
     ) -> SubmitReport:
         """Validate and enqueue ``jobs`` in chunks of ``chunk_size`` per Celery message.
 
-        Messages are published on a thread while the next chunk is validated (pipelined:
-        ``shared.chunk_publisher``); ``on_progress`` is called from that thread, with each
-        published chunk's size, in order.
+        With ``pack`` (or a job's own ``pack``), decide jobs of one batch about the same
+        state for the same provider go in messages of their own, up to
+        ``settings.pack_chunk_size`` a message, for the worker to pack into shared requests
+        (``shared.packs``). Messages are published on a thread while the next chunk is
+        validated (pipelined: ``shared.chunk_publisher``); ``on_progress`` is called from
+        that thread, with each published chunk's size, in order.
         """
         size = chunk_size or self.settings.chunk_size
+        packs: PackBuffer[dict[str, Any]] = PackBuffer(self.settings.pack_chunk_size)
         report = SubmitReport()
         chunk: list[dict[str, Any]] = []
         with ChunkPublisher(self.celery, self._send_chunk, on_sent=on_progress) as publisher:
+
+            def put(message: list[dict[str, Any]]) -> None:
+                publisher.put(message)
+                report.messages += 1
+
             for raw in jobs:
                 try:
-                    job = self.validate(raw, reply_to=reply_to)
+                    job = self._packed(self.validate(raw, reply_to=reply_to), pack)
                 except JobInvalid as exc:
                     self._publish_rejection(raw, exc, reply_to)
                     report.rejected[exc.job_id or f"line-{len(report.all_ids)}"] = exc.problems
                     continue
-                chunk.append(job.model_dump(mode="json", exclude_none=True))
+                body = job.model_dump(mode="json", exclude_none=True)
                 report.job_ids.append(job.id)
+                key = pack_key(job, self.settings.default_provider)
+                if key is not None:
+                    full = packs.add(key, body)
+                    if full is not None:
+                        put(full)
+                    continue
+                chunk.append(body)
                 if len(chunk) >= size:
-                    publisher.put(chunk)
-                    report.messages += 1
+                    put(chunk)
                     chunk = []
             if chunk:
-                publisher.put(chunk)
-                report.messages += 1
+                put(chunk)
+            for message in packs.drain():
+                put(message)
         return report
+
+    @staticmethod
+    def _packed(job: Job, pack: bool) -> Job:
+        # A verified decision is never packed: its verifications are its own requests.
+        if pack and isinstance(job, DecideJob) and job.verify is None and not job.pack:
+            return job.model_copy(update={"pack": True})
+        return job
 
     # --- cost before submit -----------------------------------------------------------
     def estimate(
@@ -190,32 +216,53 @@ class Client:
         reply_to: str | None = None,
         prices: dict[str, Price] | None = None,
         store: bool = True,
+        pack: bool = False,
     ) -> EstimateReport:
         """Validate every job and estimate the requests and cost it will send
-        (``shared.estimate``). Nothing is sent, queued or published; with ``store`` each
-        named batch's estimate is kept in Redis for ``decisions ledger status --batch``."""
+        (``shared.estimate``), packed as ``submit_batch(pack=...)`` would pack them. Nothing
+        is sent, queued or published; with ``store`` each named batch's estimate is kept in
+        Redis for ``decisions ledger status --batch``."""
         table = {**default_prices(self.settings), **(prices or {})}
         report = EstimateReport()
+        packs: PackBuffer[DecideJob] = PackBuffer(self.settings.pack_chunk_size)
+
+        def add_pack(message: list[DecideJob]) -> None:
+            for group, planned in plan_pack(message, self.settings):
+                report.add_jobs([message[i] for i in group], [planned], table)
+
         for line, raw in enumerate(jobs):
             job_id: str | None = None
             try:
-                job = self.validate(raw, reply_to=reply_to)
+                job = self._packed(self.validate(raw, reply_to=reply_to), pack)
                 job_id = job.id
+                key = pack_key(job, self.settings.default_provider)
+                if key is not None and isinstance(job, DecideJob):
+                    full = packs.add(key, job)
+                    if full is not None:
+                        add_pack(full)
+                    continue
                 requests = planned_requests(job, self.settings)
             except JobInvalid as exc:
                 report.rejected[exc.job_id or job_id or f"line-{line}"] = exc.problems
                 continue
             report.add(job, requests, table)
+        for message in packs.drain():
+            add_pack(message)
         if store:
             for batch, estimate in report.batches.items():
                 self.redis.set(keys.batch_estimate(batch), estimate.to_json(), ex=ESTIMATE_TTL_S)
         return report
 
     def dry_run(
-        self, jobs: Iterable[Any], *, reply_to: str | None = None, store: bool = True
+        self,
+        jobs: Iterable[Any],
+        *,
+        reply_to: str | None = None,
+        store: bool = True,
+        pack: bool = False,
     ) -> EstimateReport:
         """``estimate``: what ``submit_batch`` would send, without sending it."""
-        return self.estimate(jobs, reply_to=reply_to, store=store)
+        return self.estimate(jobs, reply_to=reply_to, store=store, pack=pack)
 
     def stored_estimate(self, batch: str) -> Estimate | None:
         """The estimate stored for ``batch`` (None if none was)."""

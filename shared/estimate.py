@@ -18,6 +18,10 @@ Prices, per provider (``default_prices``; override or add with ``prices``):
 - ``openrouter`` and any host without a price: unknown (``None``, never 0), unless a price
   is configured.
 
+Packed decide jobs (``shared.packs``) are planned as the client puts them in messages and
+the worker splits each message into requests (``plan_pack``): each request is counted once,
+its tokens are those of the packed body, and each job counts as one job.
+
 The estimate is an upper bound on requests: a verified decision that escalates is not
 verified, so it sends fewer.
 """
@@ -25,7 +29,7 @@ verified, so it sends fewer.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final, Literal
 
@@ -42,6 +46,7 @@ from shared.judgments import (
     sift_question,
     sift_state,
 )
+from shared.packs import pack_requests, packed_questions
 from shared.settings import Settings
 
 __all__ = [
@@ -57,7 +62,9 @@ __all__ = [
     "ProviderEstimate",
     "default_prices",
     "estimate_jobs",
+    "plan_pack",
     "planned_requests",
+    "unpacked_cost",
 ]
 
 #: A token-priced estimate is within this fraction of the booked cost (a host's tokenizer
@@ -170,6 +177,32 @@ def planned_requests(job: AnyJob, settings: Settings) -> list[PlannedRequest]:
     return planned
 
 
+def plan_pack(
+    jobs: Sequence[DecideJob], settings: Settings
+) -> list[tuple[list[int], PlannedRequest]]:
+    """The requests the worker sends for one message of packed jobs (one ``pack_key``):
+    the indexes of each request's jobs, and the request. A request of one job is that
+    job's own request, as the worker sends it alone."""
+    first = jobs[0]
+    provider = first.provider or settings.default_provider
+    model = first.model or _default_model(provider, settings)
+    members = [{qid: q.wire() for qid, q in job.questions.items()} for job in jobs]
+    planned = []
+    for group in pack_requests(first.state, members, pack_limits_for(provider)):
+        if len(group) == 1:
+            planned.append((group, planned_requests(jobs[group[0]], settings)[0]))
+            continue
+        questions = packed_questions([members[i] for i in group])
+        planned.append((group, _request("decide", provider, model, first.state, questions)))
+    return planned
+
+
+def unpacked_cost(job: DecideJob, settings: Settings, prices: Mapping[str, Price]) -> float | None:
+    """What ``job``'s decision alone would cost at list price (None where unknown)."""
+    alone = planned_requests(job.model_copy(update={"verify": None}), settings)[0]
+    return prices.get(alone.provider, UNKNOWN_PRICE).cost(alone.model, alone.input_tokens)
+
+
 def _request(
     step: str, provider: str, model: str | None, state: Any, questions: dict[str, Any]
 ) -> PlannedRequest:
@@ -218,9 +251,16 @@ class Estimate:
         return max((p.accuracy for p in self.by_provider.values()), default=0.0)
 
     def add(self, job: AnyJob, requests: list[PlannedRequest], prices: Mapping[str, Price]) -> None:
-        self.jobs += 1
-        if isinstance(job, MenuJob):
-            self.menu_jobs += 1
+        self.add_jobs([job], requests, prices)
+
+    def add_jobs(
+        self, jobs: Sequence[AnyJob], requests: list[PlannedRequest], prices: Mapping[str, Price]
+    ) -> None:
+        """Count ``jobs`` and the ``requests`` they send together (packed: once for all)."""
+        for job in jobs:
+            self.jobs += 1
+            if isinstance(job, MenuJob):
+                self.menu_jobs += 1
         for planned in requests:
             price = prices.get(planned.provider, UNKNOWN_PRICE)
             entry = self.by_provider.get(planned.provider)
@@ -284,7 +324,14 @@ class EstimateReport:
     rejected: dict[str, list[FieldProblem]] = field(default_factory=dict)
 
     def add(self, job: AnyJob, requests: list[PlannedRequest], prices: Mapping[str, Price]) -> None:
-        self.total.add(job, requests, prices)
-        if job.batch is not None:
-            batch = self.batches.setdefault(job.batch, Estimate(batch=job.batch))
-            batch.add(job, requests, prices)
+        self.add_jobs([job], requests, prices)
+
+    def add_jobs(
+        self, jobs: Sequence[AnyJob], requests: list[PlannedRequest], prices: Mapping[str, Price]
+    ) -> None:
+        """Jobs of one batch and the requests they send together (``Estimate.add_jobs``)."""
+        self.total.add_jobs(jobs, requests, prices)
+        batch_name = jobs[0].batch if jobs else None
+        if batch_name is not None:
+            batch = self.batches.setdefault(batch_name, Estimate(batch=batch_name))
+            batch.add_jobs(jobs, requests, prices)

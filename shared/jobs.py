@@ -106,6 +106,11 @@ class DecideJob(JobBase):
     provider: str | None = Field(None, min_length=1, description="default from settings")
     model: str | None = Field(None, min_length=1, description="default from the provider")
     verify: VerifySpec | None = Field(None, description="independent decisions that must agree")
+    pack: bool = Field(
+        False,
+        description="may share one request with jobs of its batch about the same state, "
+        "for the same provider and model (shared.packs)",
+    )
 
     @field_validator("state")
     @classmethod
@@ -339,9 +344,9 @@ def job_fingerprint(job: AnyJob) -> str:
     """What makes two submissions the same logical job.
 
     Transport fields are left out: the same job resubmitted later, or to another reply stream,
-    is the same job, and gets its stored outcome there.
+    or with packing turned on or off, is the same job, and gets its stored outcome there.
     """
     body = job.model_dump(
-        mode="json", exclude={"submitted_at", "deadline", "timeout_s", "reply_to"}
+        mode="json", exclude={"submitted_at", "deadline", "timeout_s", "reply_to", "pack"}
     )
     return digest_of(body)

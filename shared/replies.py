@@ -22,6 +22,7 @@ __all__ = [
     "EscalationMessage",
     "EscalationReason",
     "Evidence",
+    "PackShare",
     "Receipt",
     "RejectedMessage",
     "Reply",
@@ -67,6 +68,22 @@ class Evidence(BaseModel):
     question: str | None = None
 
 
+class PackShare(BaseModel):
+    """A job's part of a request packed with other jobs' questions (``shared.packs``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pack_id: str = Field(..., description="the same on every job the request answered")
+    jobs: int = Field(..., description="jobs whose questions the request carried")
+    questions: int = Field(..., description="questions in the request, all jobs'")
+    share: float = Field(..., description="this job's questions over the request's")
+    request_cost_usd: float | None = Field(None, description="the whole request's cost")
+    unpacked_cost_usd: float | None = Field(
+        None, description="what this job alone would have cost (list price or token estimate)"
+    )
+    saved_usd: float | None = Field(None, description="unpacked_cost_usd minus this job's cost")
+
+
 class Receipt(BaseModel):
     """One paid call: who answered, what it cost and on what basis, how it went on the wire."""
 
@@ -89,6 +106,7 @@ class Receipt(BaseModel):
     error_code: str | None = None
     ref_id: str | None = None
     replayed: bool = Field(False, description="read back from the ledger, not sent again")
+    packed: PackShare | None = Field(None, description="set when jobs shared the request")
 
 
 class Answer(BaseModel):

@@ -142,6 +142,13 @@ class Settings(BaseSettings):
 
     # --- producers -----------------------------------------------------------------------
     chunk_size: int = Field(32, ge=1, le=1000, description="jobs per Celery message")
+    pack_chunk_size: int = Field(
+        100,
+        ge=2,
+        le=1000,
+        description="jobs per Celery message of a packed batch (one state and provider a "
+        "message; the worker packs them into as few requests as the limits allow)",
+    )
 
     # --- fleet-wide provider limits (worker.providers.redis_limiter) ------------------------
     provider_limits: dict[str, ProviderLimit] = Field(

@@ -135,8 +135,10 @@ def run_batch(
     on_progress: Callable[[int, int], None] | None = None,
     default_reply_to: str = DEFAULT_REPLY_TO,
     timeout_s: float | None = None,
+    pack: bool = False,
 ) -> RunSummary:
-    """Submit ``lines`` (job objects) to an embedded worker and wait for every terminal message."""
+    """Submit ``lines`` (job objects) to an embedded worker and wait for every terminal message
+    (``pack``: as ``Client.submit_batch``)."""
     settings = embedded_settings(settings)
     Ledger.from_settings(settings).migrate()
     sink = MemorySink()
@@ -148,7 +150,7 @@ def run_batch(
     jobs = [_with_reply_to(line, default_reply_to) for line in lines]
     started = time.monotonic()
     with EmbeddedWorker(celery_app):
-        report = client.submit_batch(jobs)
+        report = client.submit_batch(jobs, pack=pack)
         # Rejections at submit are already in the sink; wait for every queued job's message.
         expected = set(report.job_ids)
         while True:

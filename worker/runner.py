@@ -27,6 +27,7 @@ import structlog
 from shared.errors import DecisionProviderError, FieldProblem, JobConflict, JobInvalid
 from shared.jobs import AnyJob, DecideJob, job_deadline, job_fingerprint, job_kind, parse_job
 from shared.judgments import JUDGMENT_KINDS, wants_verification
+from shared.packs import pack_key
 from shared.rejection import rejection_for
 from shared.replies import Answer, EscalationMessage, EscalationReason, Receipt, ResultMessage
 from shared.settings import Settings
@@ -41,6 +42,7 @@ from worker.verdicts import escalation, failure_reason, ledger_status_for, verdi
 if TYPE_CHECKING:
     from worker.judgments import JudgmentRunner
     from worker.menus import MenuRunner
+    from worker.packs import PackRunner
 
 __all__ = ["DECIDE_STEP", "Runner", "RunnerStats", "SentCall", "stored_answers"]
 
@@ -111,6 +113,7 @@ class Runner:
         #: Runs menu jobs (``worker.menus``); set by the worker context.
         self.menus: MenuRunner | None = None
         self._judgments: JudgmentRunner | None = None
+        self._packs: PackRunner | None = None
         #: Blocking calls with an awaitable, batched stand-in (``worker.ledger.batch``: the
         #: hot-path ledger writes, grouped into one transaction); set by the worker context.
         self.batched: dict[Callable[..., Any], Callable[..., Any]] = {}
@@ -132,15 +135,65 @@ class Runner:
             return await batched(**kwargs)
         return await asyncio.to_thread(fn, **kwargs)
 
+    @property
+    def packs(self) -> PackRunner:
+        """Runs a chunk's packable decide jobs (``worker.packs``) with this runner."""
+        if self._packs is None:
+            # Imported here: worker.packs builds on this module.
+            from worker.packs import PackRunner
+
+            self._packs = PackRunner(self)
+        return self._packs
+
     async def run_chunk(self, raws: list[Any]) -> list[str]:
-        """Run a chunk's jobs concurrently; each ends with its own terminal message."""
+        """Run a chunk's jobs concurrently; each ends with its own terminal message.
+
+        Decide jobs that asked to be packed (``shared.packs``) run together, by pack key."""
+        groups, alone = self._pack_groups(raws)
+        solo, packed = await asyncio.gather(
+            asyncio.gather(*(self.run_one(raws[i]) for i in alone), return_exceptions=True),
+            asyncio.gather(
+                *(self.packs.run([(raws[i], job) for i, job in group]) for group in groups),
+                return_exceptions=True,
+            ),
+        )
+        results: dict[int, str | BaseException] = dict(zip(alone, solo, strict=True))
+        for group, run in zip(groups, packed, strict=True):
+            members = run if not isinstance(run, BaseException) else [run] * len(group)
+            results.update(zip((i for i, _ in group), members, strict=True))
         # Every job runs to its end even if one fails (a ledger outage, say); then the first
         # failure is raised so the chunk is retried, and the finished jobs replay from the ledger.
-        results = await asyncio.gather(*(self.run_one(raw) for raw in raws), return_exceptions=True)
-        for result in results:
+        ordered = [results[i] for i in range(len(raws))]
+        for result in ordered:
             if isinstance(result, BaseException):
                 raise result
-        return [r for r in results if isinstance(r, str)]
+        return [r for r in ordered if isinstance(r, str)]
+
+    def _pack_groups(self, raws: list[Any]) -> tuple[list[list[tuple[int, DecideJob]]], list[int]]:
+        """The chunk's packable jobs by pack key (two or more a key), and the rest."""
+        by_key: dict[str, list[tuple[int, DecideJob]]] = {}
+        alone: list[int] = []
+        for index, raw in enumerate(raws):
+            key = None
+            if isinstance(raw, dict) and raw.get("pack") is True:
+                try:
+                    job = parse_job(raw)
+                except JobInvalid:
+                    job = None  # rejected on the decide path, naming its fields
+                if isinstance(job, DecideJob):
+                    key = pack_key(job, self.providers.default_name)
+            if key is None:
+                alone.append(index)
+                continue
+            assert isinstance(job, DecideJob)
+            by_key.setdefault(key, []).append((index, job))
+        groups = []
+        for group in by_key.values():
+            if len(group) == 1:
+                alone.append(group[0][0])
+            else:
+                groups.append(group)
+        return groups, alone
 
     async def run_one(self, raw: Any) -> str:
         """Run one job; returns the type of its terminal message."""

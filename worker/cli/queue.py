@@ -43,11 +43,18 @@ def register(app: typer.Typer) -> None:
             [], "--price", help="PROVIDER=USD per million input tokens, or PROVIDER=USD/request"
         ),
         as_json: bool = typer.Option(False, "--json", help="with --dry-run: print JSON"),
+        pack: bool = typer.Option(
+            False,
+            "--pack",
+            help="let decide jobs about the same state and provider share requests",
+        ),
     ) -> None:
         """Validate a batch and enqueue it to DECISIONS_BROKER_URL; invalid lines are rejected.
 
         The batch's estimate (requests after packing, cost per provider) is stored for
-        ``decisions ledger status --batch``; ``--dry-run`` prints it and sends nothing."""
+        ``decisions ledger status --batch``; ``--dry-run`` prints it and sends nothing.
+        ``--pack`` packs decide jobs of one batch about the same state, for the same provider
+        and model, into shared requests; each job still gets its own reply."""
         settings = get_settings()
         providers = ProviderRegistry.from_settings(settings)
         checker = judgment_checker(
@@ -56,7 +63,7 @@ def register(app: typer.Typer) -> None:
         client = Client(settings, checker=checker)
         jobs = read_jobs(file)
         estimate = client.estimate(
-            jobs, reply_to=reply_to, prices=worker_prices(settings, price)
+            jobs, reply_to=reply_to, prices=worker_prices(settings, price), pack=pack
         )
         if dry_run:
             if as_json:
@@ -64,7 +71,9 @@ def register(app: typer.Typer) -> None:
             else:
                 print_report(estimate, console, err_console)
             return
-        report = client.submit_batch(jobs, reply_to=reply_to, chunk_size=chunk_size)
+        report = client.submit_batch(
+            jobs, reply_to=reply_to, chunk_size=chunk_size, pack=pack
+        )
         console.print(
             f"submitted {len(report.job_ids)} job(s) in {report.messages} message(s) to "
             f"{_safe_url(settings.broker_url)}; rejected {len(report.rejected)}; "

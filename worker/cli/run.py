@@ -27,6 +27,9 @@ def register(app: typer.Typer) -> None:
             Path("out"), "--out", help="where results.jsonl and escalations.jsonl go"
         ),
         verbose: bool = typer.Option(False, "--verbose", "-v", help="log every job's events"),
+        pack: bool = typer.Option(
+            False, "--pack", help="let decide jobs about the same state share requests"
+        ),
     ) -> None:
         """Run a batch on an in-process worker: memory broker, SQLite ledger, faux provider."""
         settings = get_settings()
@@ -54,7 +57,9 @@ def register(app: typer.Typer) -> None:
             def on_progress(done: int, total: int) -> None:
                 progress.update(task, completed=done, total=total)
 
-            summary = run_batch(jobs, settings=settings, out_dir=out, on_progress=on_progress)
+            summary = run_batch(
+                jobs, settings=settings, out_dir=out, on_progress=on_progress, pack=pack
+            )
         _print_summary(summary)
 
 
