@@ -119,3 +119,61 @@ def wait_replayed(log: Path, job_ids: list[str], timeout_s: float = 60) -> None:
             return
         time.sleep(0.1)
     raise TimeoutError(f"not every job was replayed: {job_ids}")
+
+
+def test_a_packed_batch_through_a_worker_process(
+    fleet: dict[str, Any], tmp_path: Path
+) -> None:
+    settings: Settings = fleet["settings"]
+    batch = "packs-worker"
+    state = "Store policy: refunds within 30 days of delivery."
+    jobs = [
+        {
+            "id": f"wp-{i:03d}",
+            "batch": batch,
+            "provider": "parallel",
+            "state": state,
+            "questions": {
+                f"q{k}": {"type": "noul", "instructions": f"Order {i}, clause {k}: refund?"}
+                for k in range(3)
+            },
+        }
+        for i in range(120)
+    ]
+    lines = tmp_path / "packed.jsonl"
+    lines.write_text("\n".join(json.dumps(j) for j in jobs) + "\n")
+    dry = subprocess.run(
+        [DECISIONS, "submit", str(lines), "--reply-to", REPLY_TO, "--dry-run", "--json",
+         "--pack"],
+        env=fleet["env"], capture_output=True, text=True, timeout=120,
+    )
+    assert dry.returncode == 0, dry.stderr
+    # One message of 100 jobs (33 + 33 + 33 + 1) and one of 20, 33 jobs a Parallel request.
+    assert json.loads(dry.stdout)["total"]["requests"] == 4 + 1
+    before = dict(httpx.get(f"{fleet['faux']}/_faux/calls", timeout=5).json())
+
+    submitted = subprocess.run(
+        [DECISIONS, "submit", str(lines), "--reply-to", REPLY_TO, "--pack", "--wait",
+         "--timeout", "120"],
+        env=fleet["env"], capture_output=True, text=True, timeout=180,
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    assert "in 2 message(s)" in " ".join(submitted.stdout.split())
+
+    after = dict(httpx.get(f"{fleet['faux']}/_faux/calls", timeout=5).json())
+    new = {k: v for k, v in after.items() if before.get(k) != v}
+    assert sum(new.values()) == 5 and all(v == 1 for v in new.values())
+    assert sum(1 for k in new if k.startswith("pack:")) == 4
+    client = Client(settings)
+    got = {r.job_id: r for r in client.replies(REPLY_TO, job_ids=[j["id"] for j in jobs],
+                                               timeout_s=30)}
+    assert all(isinstance(r, ResultMessage) for r in got.values()) and len(got) == 120
+    status = subprocess.run(
+        [DECISIONS, "ledger", "status", "--batch", batch, "--json"],
+        env=fleet["env"], capture_output=True, text=True, timeout=60,
+    )
+    figures = json.loads(status.stdout)
+    assert figures["requests_sent"] == figures["estimate"]["requests"] == 5
+    assert figures["calls_sent"] == 120
+    billed = sum(r.receipts[0].cost_usd or 0 for r in got.values())
+    assert billed == pytest.approx(5 * settings.parallel_list_price_usd)

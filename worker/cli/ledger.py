@@ -55,6 +55,8 @@ def status(
     for state, count in sorted(figures.calls_by_status.items()):
         table.add_row(f"calls {state}", str(count))
     table.add_row("requests sent", str(figures.requests_sent))
+    if figures.requests_packed:
+        table.add_row("  packed (several jobs each)", str(figures.requests_packed))
     table.add_section()
     for basis, cost in sorted(figures.cost_by_basis.items()):
         shown = "unknown" if cost is None else f"${cost:.6f}"
