@@ -237,14 +237,21 @@ class Fleet:
         return [decide_job(f"{self.name}-{prefix}-{i:04d}", **extra) for i in range(n)]
 
     def submit(
-        self, jobs: Iterable[Any], *, chunk_size: int = 1, stream: str | None = None
+        self,
+        jobs: Iterable[Any],
+        *,
+        chunk_size: int = 1,
+        stream: str | None = None,
+        pack: bool = False,
     ) -> SubmitReport:
         batch = list(jobs)
         for job in batch:
             if isinstance(job, dict) and isinstance(job.get("id"), str):
                 self.submitted[job["id"]] = job
         client = self.client()
-        return client.submit_batch(batch, reply_to=stream or self.stream, chunk_size=chunk_size)
+        return client.submit_batch(
+            batch, reply_to=stream or self.stream, chunk_size=chunk_size, pack=pack
+        )
 
     def pairs(self, job_ids: Iterable[str], stream: str | None = None) -> list[tuple[str, str]]:
         return [(job_id, stream or self.stream) for job_id in job_ids]
