@@ -58,10 +58,14 @@ def test_redis_restart_in_the_middle_of_a_batch(
     after = crew.jobs(6, "after")
     second = crew.submit(after)
     pairs = crew.pairs([*first.job_ids, *second.job_ids])
-    crew.expect_replies(pairs, timeout_s=90)
+    # A message the consumer had popped when Redis died is gone with it (the BRPOP window of
+    # kombu's Redis transport, celery#4354); the ledger never saw it, so the checker resubmits
+    # it as a producer would, and it must then be answered once.
+    crew.wait_for(pairs, timeout_s=90)
     assert worker.alive()
     figures = report(crew.check(pairs))
     assert figures.lost == 0 and figures.duplicates == 0
+    assert set(figures.broker_lost_ids) <= {j["id"] for j in before}
     assert all(figures.outcomes[j["id"]] == "result" for j in after)
 
 
