@@ -1,6 +1,6 @@
 """The runner: one job from its raw JSON to its one terminal message, at most once.
 
-    validate (pure) ─▶ open the job row ─▶ claim the call (committed) ─▶ send ─▶
+    validate (pure) ─▶ open the job row and claim the call (committed) ─▶ send ─▶
     record the outcome and the terminal message in one transaction ─▶ publish once
 
 A delivery that finds the job finished re-publishes the stored message; one that finds the
@@ -208,32 +208,44 @@ class Runner:
             provider, prepared = self._prepare(job)
         except JobInvalid as exc:
             return await self._reject(raw, exc.problems)
+        deadline = self._deadline(job)
+        claim_args = {
+            "step": DECIDE_STEP,
+            "provider": provider.name,
+            "model": prepared.model,
+            "request_sha256": prepared.request_sha256,
+            "lease_expires": deadline + timedelta(seconds=self.settings.lease_margin_s),
+        }
         try:
-            row = await self._open(job)
+            # A new job is opened and claimed in one write; a redelivery only reads its row.
+            row, claim = await self._db(
+                self.ledger.open_and_claim,
+                job=self._open_args(job, deadline),
+                claim=claim_args,
+            )
         except JobConflict as exc:
             return await self._reject(raw, [FieldProblem("id", str(exc))])
         bound = log.bind(job_id=job.id, batch=job.batch, step=DECIDE_STEP, provider=provider.name)
-        if row.terminal_message is not None:
-            bound.info("job.replayed", outcome=row.terminal_type)
-            return await self._publish(row, job.reply_to)
-        if _now() >= row.deadline:
-            # Late, but an earlier delivery may have sent the call: that one's fate decides.
-            earlier = await self._db(self.ledger.get_call, job_id=job.id, step=DECIDE_STEP)
-            if earlier is not None and earlier.status != "not_sent":
-                return await self._settle_existing(job, earlier, _lost_cost(provider, prepared))
-            late = escalation(
-                job, "deadline_exceeded", "dequeued after its deadline; nothing sent", []
+        if claim is None:
+            if row.terminal_message is not None:
+                bound.info("job.replayed", outcome=row.terminal_type)
+                return await self._publish(row, job.reply_to)
+            if _now() >= row.deadline:
+                # Late, but an earlier delivery may have sent the call: that one's fate decides.
+                earlier = await self._db(self.ledger.get_call, job_id=job.id, step=DECIDE_STEP)
+                if earlier is not None and earlier.status != "not_sent":
+                    return await self._settle_existing(
+                        job, earlier, _lost_cost(provider, prepared)
+                    )
+                late = escalation(
+                    job, "deadline_exceeded", "dequeued after its deadline; nothing sent", []
+                )
+                return await self._finish(job, late, None)
+            # The stored row's deadline counts, not the one this delivery computed.
+            claim_args["lease_expires"] = row.deadline + timedelta(
+                seconds=self.settings.lease_margin_s
             )
-            return await self._finish(job, late, None)
-        claim = await self._db(
-            self.ledger.claim,
-            job_id=job.id,
-            step=DECIDE_STEP,
-            provider=provider.name,
-            model=prepared.model,
-            request_sha256=prepared.request_sha256,
-            lease_expires=row.deadline + timedelta(seconds=self.settings.lease_margin_s),
-        )
+            claim = await self._db(self.ledger.claim, job_id=job.id, **claim_args)
         if not claim.fresh:
             return await self._settle_existing(job, claim.call, _lost_cost(provider, prepared))
         fault_point("after_claim", job.id)
@@ -276,22 +288,27 @@ class Runner:
                 ) from None
             raise
 
-    async def _open(self, job: AnyJob) -> JobRow:
-        deadline = job_deadline(
+    def _deadline(self, job: AnyJob) -> datetime:
+        return job_deadline(
             job,
             default_s=self.settings.default_timeout_s,
             ceiling_s=self.settings.deadline_ceiling_s,
         )
-        return await self._db(
-            self.ledger.open_job,
-            job_id=job.id,
-            kind=job.kind,
-            batch=job.batch,
-            reply_to=job.reply_to,
-            fingerprint=job_fingerprint(job),
-            deadline=deadline,
-            job_json=job.model_dump_json(),
-        )
+
+    @staticmethod
+    def _open_args(job: AnyJob, deadline: datetime) -> dict[str, Any]:
+        return {
+            "job_id": job.id,
+            "kind": job.kind,
+            "batch": job.batch,
+            "reply_to": job.reply_to,
+            "fingerprint": job_fingerprint(job),
+            "deadline": deadline,
+            "job_json": job.model_dump_json(),
+        }
+
+    async def _open(self, job: AnyJob) -> JobRow:
+        return await self._db(self.ledger.open_job, **self._open_args(job, self._deadline(job)))
 
     async def _send(
         self,

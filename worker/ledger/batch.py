@@ -1,7 +1,7 @@
 """Group commit: the ledger writes of many concurrent jobs, one transaction at a time.
 
-A worker process runs hundreds of jobs at once, and each writes the ledger four times (open
-the job, claim the call, record the outcome with the terminal message, mark it published).
+A worker process runs hundreds of jobs at once, and each writes the ledger three times (open
+the job and claim its call, record the outcome with the terminal message, mark it published).
 One transaction each, on a thread pool, costs a transaction's overhead per write and, on
 SQLite, a fight for the write lock between the pool's threads. ``GroupCommit`` has one
 writer thread: a write waits in a queue, the thread takes every write waiting (up to
@@ -39,13 +39,17 @@ from worker.ledger.store import Ledger
 __all__ = ["BATCHED_METHODS", "GroupCommit"]
 
 #: Ledger methods whose writes are grouped (the per-job hot path).
-BATCHED_METHODS: Final = ("open_job", "claim", "finish_job", "mark_published")
+BATCHED_METHODS: Final = ("open_job", "open_and_claim", "claim", "finish_job", "mark_published")
 _MAX_BATCH: Final = 256
 _PG_WRITERS: Final = 2
 
 
 def _open_job(conn: Connection, now: datetime, kwargs: dict[str, Any]) -> Any:
     return job_ops.open_job(conn, now=now, **kwargs)
+
+
+def _open_and_claim(conn: Connection, now: datetime, kwargs: dict[str, Any]) -> Any:
+    return job_ops.open_and_claim(conn, now=now, **kwargs)
 
 
 def _claim(conn: Connection, now: datetime, kwargs: dict[str, Any]) -> Any:
@@ -63,6 +67,7 @@ def _mark_published(conn: Connection, now: datetime, kwargs: dict[str, Any]) -> 
 
 _OPS: Final[dict[str, Callable[[Connection, datetime, dict[str, Any]], Any]]] = {
     "open_job": _open_job,
+    "open_and_claim": _open_and_claim,
     "claim": _claim,
     "finish_job": _finish_job,
     "mark_published": _mark_published,
@@ -110,6 +115,9 @@ class GroupCommit:
 
     async def open_job(self, **kwargs: Any) -> Any:
         return await self._submit("open_job", kwargs)
+
+    async def open_and_claim(self, **kwargs: Any) -> Any:
+        return await self._submit("open_and_claim", kwargs)
 
     async def claim(self, **kwargs: Any) -> Any:
         return await self._submit("claim", kwargs)

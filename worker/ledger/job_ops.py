@@ -15,17 +15,19 @@ from sqlalchemy.engine import Connection, Row
 
 from shared.errors import JobConflict, LedgerError
 from shared.replies import TERMINAL_TYPES
-from worker.ledger.call_ops import record_call, validate_outcome
+from worker.ledger.call_ops import claim_call, record_call, validate_outcome
 from worker.ledger.errors import JobNotFound
 from worker.ledger.models import jobs, to_utc
-from worker.ledger.rows import CallOutcome, JobRow
+from worker.ledger.rows import CallOutcome, Claim, JobRow
 from worker.ledger.sql import insert_if_absent
 
 __all__ = [
     "finish_job",
     "job_row",
     "mark_published",
+    "open_and_claim",
     "open_job",
+    "open_or_read",
     "read_job",
     "store_terminal",
     "unpublished",
@@ -81,6 +83,51 @@ def open_job(
     job_json: str,
     now: datetime,
 ) -> JobRow:
+    return open_or_read(
+        conn,
+        job_id=job_id,
+        kind=kind,
+        batch=batch,
+        reply_to=reply_to,
+        fingerprint=fingerprint,
+        deadline=deadline,
+        job_json=job_json,
+        now=now,
+    )[0]
+
+
+def open_and_claim(
+    conn: Connection,
+    *,
+    job: dict[str, Any],
+    claim: dict[str, Any],
+    now: datetime,
+) -> tuple[JobRow, Claim | None]:
+    """Open the job (``open_job``) and, if this inserted it, claim its first call too.
+
+    A job just inserted has no call yet, so the claim is fresh; its deadline is checked
+    against ``now`` so that a job dequeued late is never claimed. A job read back (a
+    redelivery) gets no claim here: the caller decides what its stored state allows.
+    """
+    row, inserted = open_or_read(conn, now=now, **job)
+    if not inserted or row.deadline <= now:
+        return row, None
+    return row, claim_call(conn, job_id=row.job_id, now=now, **claim)
+
+
+def open_or_read(
+    conn: Connection,
+    *,
+    job_id: str,
+    kind: str,
+    batch: str | None,
+    reply_to: str,
+    fingerprint: str,
+    deadline: datetime,
+    job_json: str,
+    now: datetime,
+) -> tuple[JobRow, bool]:
+    """The job's row, and whether this call inserted it."""
     inserted = insert_if_absent(
         conn,
         jobs,
@@ -96,7 +143,7 @@ def open_job(
         },
     )
     if inserted is not None:
-        return job_row(inserted)
+        return job_row(inserted), True
     stored = read_job(conn, job_id)
     assert stored is not None  # the conflict that stopped the insert
     if stored.fingerprint != fingerprint:
@@ -106,7 +153,7 @@ def open_job(
             "use a new id for a new job"
         )
     # The stored row wins: a redelivery keeps the deadline of the first delivery.
-    return stored
+    return stored, False
 
 
 def store_terminal(

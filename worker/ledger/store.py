@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from types import TracebackType
+from typing import Any
 
 from sqlalchemy import Engine, exc
 from sqlalchemy.engine import Connection, make_url
@@ -163,6 +164,16 @@ class Ledger:
                 job_json=job_json,
                 now=self._now(),
             )
+
+    def open_and_claim(
+        self, *, job: dict[str, Any], claim: dict[str, Any]
+    ) -> tuple[JobRow, Claim | None]:
+        """``open_job`` with ``job``'s arguments and, for a job this inserted (so with no call
+        yet) whose deadline is ahead, ``claim`` with ``claim``'s, in one transaction: a new
+        job's claim costs no commit of its own. The claim is None for a job read back (or
+        late): the caller then goes on as after ``open_job``."""
+        with self._tx() as conn:
+            return job_ops.open_and_claim(conn, job=job, claim=claim, now=self._now())
 
     def get_job(self, job_id: str) -> JobRow | None:
         with self._tx(read_only=True) as conn:
