@@ -58,6 +58,18 @@ class SubmitReport:
         return [*self.job_ids, *self.rejected]
 
 
+def _stamped(raw: dict[str, Any], reply_to: str | None, now: datetime) -> dict[str, Any]:
+    """``raw`` with its reply stream and submission time set, so that one validation sees
+    the final job (a ``model_copy`` after it costs as much as a tenth of the validation)."""
+    stamps: dict[str, Any] = {}
+    if reply_to is not None:
+        stamps["reply_to"] = reply_to
+    # A naive ``now`` is left to the copy after validation, which never checked it.
+    if raw.get("submitted_at") is None and now.utcoffset() is not None:
+        stamps["submitted_at"] = now
+    return {**raw, **stamps} if stamps else raw
+
+
 class Client:
     def __init__(
         self,
@@ -112,17 +124,17 @@ class Client:
     ) -> Job:
         """A submittable job, stamped with its submission time; JobInvalid names bad fields."""
         now = now or datetime.now(UTC)
-        if reply_to is not None and isinstance(raw, dict):
-            raw = {**raw, "reply_to": reply_to}
         if isinstance(raw, JOB_TYPES):
             raw = raw.model_dump(mode="json", exclude_none=True)
+        elif isinstance(raw, dict):
+            raw = _stamped(raw, reply_to, now)
         job = parse_job(raw)
         problems = self._deadline_problems(job, now)
         if self.checker is not None:
             problems.extend(self.checker(job))
         if problems:
             raise JobInvalid(problems, job.id)
-        if job.submitted_at is None:
+        if job.submitted_at is None:  # a JSON text or a job object: stamped once parsed
             job = job.model_copy(update={"submitted_at": now})
         return job
 
