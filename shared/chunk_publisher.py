@@ -9,7 +9,6 @@ caller at its next ``put`` or when the block ends; chunks queued after it are no
 
 from __future__ import annotations
 
-import contextlib
 import json
 import queue
 import threading
@@ -69,7 +68,7 @@ class ChunkPublisher:
 
     def _run(self) -> None:
         try:
-            with self._celery.producer_or_acquire() as producer, _one_client(producer):
+            with self._celery.producer_or_acquire() as producer:
                 while True:
                     chunk = self._queue.get()
                     if chunk is _DONE:
@@ -84,18 +83,6 @@ class ChunkPublisher:
             self._error = error
             while self._queue.get() is not _DONE:  # let a blocked put() go on, then stop
                 pass
-
-
-def _one_client(producer: Any) -> contextlib.AbstractContextManager[Any]:
-    """Publish every message over one Redis client.
-
-    Kombu's Redis channel builds a client per message outside a batch (measured: a seventh
-    of the publishing thread's time); a batch of one command keeps one client and pipeline
-    and still sends each message before ``send`` returns. Kombu offers a batch only where a
-    replayed write is impossible, else (and before kombu 5.7) messages go out as before.
-    """
-    batch = getattr(producer, "batch", None)
-    return contextlib.nullcontext() if batch is None else batch(max_size=1)
 
 
 class EncodedJobs(list[str]):
