@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import json
 import math
+import typing
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from celery import Celery
 from kombu.utils import json as kombu_json
+from pydantic import BaseModel
 
 from shared import keys
 from shared.chunk_publisher import EncodedJobs, SplicingProducer
 from shared.client import Client, _wire_text
-from shared.jobs import parse_job
+from shared.jobs import JOB_TYPES, parse_job
 from shared.settings import Settings
 
 NOW = datetime(2026, 12, 1, 10, 0, 0, 123456, tzinfo=UTC)
@@ -129,3 +131,34 @@ def test_a_submitted_chunk_reads_back_from_the_broker_as_the_validated_jobs() ->
     parsed = [parse_job(j) for j in kwargs["jobs"]]
     assert [p.id for p in parsed] == ["j1", "j2"]
     assert all(p.reply_to == "claims" and p.submitted_at is not None for p in parsed)
+
+
+def _models(model: type[BaseModel], seen: set[type[BaseModel]]) -> set[type[BaseModel]]:
+    if model in seen:
+        return seen
+    seen.add(model)
+    for info in model.model_fields.values():
+        for part in _annotation_parts(info.annotation):
+            if isinstance(part, type) and issubclass(part, BaseModel):
+                _models(part, seen)
+    return seen
+
+
+def _annotation_parts(annotation: Any) -> list[Any]:
+    parts = [annotation]
+    for arg in typing.get_args(annotation):
+        parts += _annotation_parts(arg)
+    return parts
+
+
+@pytest.mark.parametrize("kind", JOB_TYPES, ids=lambda k: k.__name__)
+def test_every_job_model_dumps_what_it_was_given(kind: type[BaseModel]) -> None:
+    # What lets a validated dict go on the queue as given (``_wire_text``): no model drops
+    # or renames a field, or writes one differently from how it reads it.
+    for model in _models(kind, set()):
+        assert model.model_config.get("extra") == "forbid", model
+        decorators = model.__pydantic_decorators__
+        assert not decorators.field_serializers and not decorators.model_serializers, model
+        assert not model.model_computed_fields, model
+        for name, info in model.model_fields.items():
+            assert info.alias is None and not info.exclude, (model, name)
