@@ -30,8 +30,12 @@ MIN_SCORE_LEVELS = 2
 MAX_SCORE_LEVELS = 10
 
 
+_STATE_TYPES = (str, dict, list)
+
+
 def _string_object_or_array(value: Any) -> Any:
-    if not isinstance(value, str | dict | list):
+    # A tuple, not ``str | dict | list``: that union would be built anew on every call.
+    if not isinstance(value, _STATE_TYPES):
         raise ValueError(f"must be a string, an object or an array, not {_json_type(value)}")
     return value
 
