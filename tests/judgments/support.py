@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.canonical import canonical_bytes
+from shared.replies import Reply, parse_reply
 from shared.settings import Settings
 from worker.faux import answer_question
 
@@ -15,6 +16,7 @@ __all__ = [
     "BATCH",
     "REPLY_TO",
     "faux_noul",
+    "replies",
     "route_job",
     "settings_for",
     "sift_job",
@@ -105,3 +107,13 @@ def system_one_capacity(state: Any, item_question: dict[str, Any], ids: int) -> 
 
 def requests_for(items: int, per_request: int) -> int:
     return math.ceil(items / per_request)
+
+
+def replies(out: Path) -> dict[str, Reply]:
+    """An embedded run's replies by job id, from the files it wrote in ``out``."""
+    found: dict[str, Reply] = {}
+    for name in ("results", "escalations", "rejected"):
+        for line in (out / f"{name}.jsonl").read_text().splitlines():
+            reply = parse_reply(line)
+            found[reply.job_id] = reply
+    return found

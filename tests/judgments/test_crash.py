@@ -6,7 +6,6 @@ each later request once."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -15,8 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from shared.replies import EscalationMessage, parse_reply
-from tests.judgments.support import PARALLEL_TEST_KEY, settings_for, sift_job
-from worker import context
+from tests.judgments.support import settings_for, sift_job
 from worker.embedded import run_batch
 from worker.faux import FauxServer
 from worker.ledger import Claim, Ledger
@@ -40,14 +38,6 @@ class DiesAfterClaiming(Ledger):
         if kwargs["step"] == self.step:
             raise Crash(f"killed after claiming {self.step}")
         return claim
-
-
-@pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FauxServer]:
-    monkeypatch.setenv("PARALLEL_API_KEY", PARALLEL_TEST_KEY)
-    with FauxServer() as running:
-        yield running
-    context.configure()
 
 
 def expire_leases(ledger: Ledger, job_id: str) -> None:

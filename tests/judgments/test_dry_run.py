@@ -23,7 +23,6 @@ from shared.client import Client
 from shared.settings import Settings
 from tests.judgments.support import (
     BATCH,
-    PARALLEL_TEST_KEY,
     REPLY_TO,
     route_job,
     settings_for,
@@ -32,7 +31,6 @@ from tests.judgments.support import (
 )
 from tests.support.ownservers import OwnRedis, own_redis
 from tests.support.processes import DECISIONS, decisions_env
-from worker import context
 from worker.embedded import run_batch
 from worker.faux import FauxServer
 from worker.judgments import judgment_checker
@@ -55,14 +53,6 @@ def r(own: OwnRedis) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(own.url())
     yield client
     client.close()
-
-
-@pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FauxServer]:
-    monkeypatch.setenv("PARALLEL_API_KEY", PARALLEL_TEST_KEY)
-    with FauxServer() as running:
-        yield running
-    context.configure()
 
 
 def batch() -> list[dict[str, Any]]:

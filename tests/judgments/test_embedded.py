@@ -5,17 +5,16 @@ counts are compared with the packing the limits allow, the answers with the faux
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from shared.judgments import DEFAULT_ROUTE_INSTRUCTIONS
-from shared.replies import EscalationMessage, Reply, ResultMessage, parse_reply
+from shared.replies import EscalationMessage, ResultMessage
 from tests.judgments.support import (
-    PARALLEL_TEST_KEY,
     faux_noul,
+    replies,
     requests_for,
     route_job,
     settings_for,
@@ -24,7 +23,6 @@ from tests.judgments.support import (
     verified_job,
     wire_item,
 )
-from worker import context
 from worker.embedded import run_batch
 from worker.faux import FauxBehaviour, FauxServer, answer_question
 
@@ -39,14 +37,6 @@ VERIFY_QUESTIONS = {
         "criteria": {"billing": None, "technical": None},
     },
 }
-
-
-@pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FauxServer]:
-    monkeypatch.setenv("PARALLEL_API_KEY", PARALLEL_TEST_KEY)
-    with FauxServer() as running:
-        yield running
-    context.configure()
 
 
 def items(n: int, size: int = 0) -> list[str]:
@@ -82,15 +72,6 @@ def route_answer(state: str) -> dict[str, Any]:
         "criteria": route_job("x")["routes"],
     }
     return answer_question("faux-1", question, state)
-
-
-def replies(out: Path) -> dict[str, Reply]:
-    found: dict[str, Reply] = {}
-    for name in ("results", "escalations", "rejected"):
-        for line in (out / f"{name}.jsonl").read_text().splitlines():
-            reply = parse_reply(line)
-            found[reply.job_id] = reply
-    return found
 
 
 def test_sift_route_verify_batch_sends_the_packed_requests_once(

@@ -9,7 +9,6 @@ import asyncio
 import json
 import math
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,7 @@ import sqlalchemy as sa
 
 from shared.client import Client
 from shared.replies import EscalationMessage, ResultMessage, parse_reply
-from tests.judgments.support import PARALLEL_TEST_KEY, REPLY_TO, faux_noul, settings_for
-from worker import context
+from tests.judgments.support import REPLY_TO, faux_noul, replies, settings_for
 from worker.embedded import run_batch
 from worker.faux import FauxServer
 from worker.ledger import Ledger, PackClaim
@@ -49,23 +47,6 @@ def packed_job(job_id: str, **fields: Any) -> dict[str, Any]:
     }
     job.update(fields)
     return job
-
-
-@pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FauxServer]:
-    monkeypatch.setenv("PARALLEL_API_KEY", PARALLEL_TEST_KEY)
-    with FauxServer() as running:
-        yield running
-    context.configure()
-
-
-def replies(out: Path) -> dict[str, Any]:
-    got = {}
-    for name in ("results.jsonl", "escalations.jsonl"):
-        for line in (out / name).read_text().splitlines():
-            reply = parse_reply(line)
-            got[reply.job_id] = reply
-    return got
 
 
 def test_a_packed_batch_sends_what_the_limits_allow_and_the_dry_run_said(

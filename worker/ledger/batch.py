@@ -45,7 +45,7 @@ _PG_WRITERS: Final = 2
 
 
 def _open_job(conn: Connection, now: datetime, kwargs: dict[str, Any]) -> Any:
-    return job_ops.open_job(conn, now=now, **kwargs)
+    return job_ops.open_or_read(conn, now=now, **kwargs)[0]
 
 
 def _open_and_claim(conn: Connection, now: datetime, kwargs: dict[str, Any]) -> Any:

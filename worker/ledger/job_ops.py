@@ -26,7 +26,6 @@ __all__ = [
     "job_row",
     "mark_published",
     "open_and_claim",
-    "open_job",
     "open_or_read",
     "read_job",
     "store_terminal",
@@ -69,31 +68,6 @@ def job_row(row: Row[Any]) -> JobRow:
 def read_job(conn: Connection, job_id: str, *, for_update: bool = False) -> JobRow | None:
     row = conn.execute(_READ_FOR_UPDATE if for_update else _READ, {"k_job": job_id}).first()
     return None if row is None else job_row(row)
-
-
-def open_job(
-    conn: Connection,
-    *,
-    job_id: str,
-    kind: str,
-    batch: str | None,
-    reply_to: str,
-    fingerprint: str,
-    deadline: datetime,
-    job_json: str,
-    now: datetime,
-) -> JobRow:
-    return open_or_read(
-        conn,
-        job_id=job_id,
-        kind=kind,
-        batch=batch,
-        reply_to=reply_to,
-        fingerprint=fingerprint,
-        deadline=deadline,
-        job_json=job_json,
-        now=now,
-    )[0]
 
 
 def open_and_claim(

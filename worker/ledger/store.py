@@ -153,7 +153,7 @@ class Ledger:
         counts, whatever this delivery computed.
         """
         with self._tx() as conn:
-            return job_ops.open_job(
+            return job_ops.open_or_read(
                 conn,
                 job_id=job_id,
                 kind=kind,
@@ -163,7 +163,7 @@ class Ledger:
                 deadline=deadline,
                 job_json=job_json,
                 now=self._now(),
-            )
+            )[0]
 
     def open_and_claim(
         self, *, job: dict[str, Any], claim: dict[str, Any]
