@@ -98,5 +98,7 @@ def test_kill_9_between_packed_requests_then_a_new_worker(
     assert all(k.startswith("pack:") for k in sent)
     assert len(sent) == requests_sent and set(sent.values()) == {1}  # none went out twice
     assert figures.lost == 0 and figures.duplicates == 0 and figures.jobs == JOBS
+    # The checker ties each packed request to its members' claims, and counts it once.
+    assert figures.requests == requests_sent
     assert {figures.outcomes[j] for j in requests[0]} == {"result"}
     assert {figures.outcomes[j] for j in requests[1]} == {second_request_ends}

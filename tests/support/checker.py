@@ -147,12 +147,19 @@ def _views(
     escalations = _escalation_entries(r, escalation_stream)
     views = []
     for job_id, stream in pairs:
+        calls = {c.step: c for c in ledger.calls(job_id)}
+        received = dict(requests.get(job_id, {}))
+        for step, call in calls.items():
+            # A packed request is keyed by its pack (``pack:<id>/<step>``): each member's.
+            shared = requests.get(f"pack:{call.pack_id}", {}).get(step) if call.pack_id else None
+            if shared:
+                received[step] = received.get(step, 0) + shared
         views.append(
             JobView(
                 job_id=job_id,
                 stream=stream,
-                requests=requests.get(job_id, {}),
-                calls={c.step: c for c in ledger.calls(job_id)},
+                requests=received,
+                calls=calls,
                 row=ledger.get_job(job_id),
                 entries=entries.get((job_id, stream), []),
                 escalation_entries=escalations[(job_id, stream)],
@@ -258,10 +265,16 @@ def check(
     )
     problems: list[str] = []
     escalated: Counter[str] = Counter()
+    counted_packs: set[str] = set()
     for view in views:
         problems.extend(_problems(view, deduplicated[(view.job_id, view.stream)]))
         if view.job_id not in figures.requests_by_job:  # a job on two streams sent once
-            figures.requests += sum(view.requests.values())
+            for step, count in view.requests.items():
+                pack = view.calls[step].pack_id if step in view.calls else None
+                if pack is None or pack not in counted_packs:  # a packed request once
+                    figures.requests += count
+                if pack is not None:
+                    counted_packs.add(pack)
         figures.requests_by_job[view.job_id] = sum(view.requests.values())
         figures.call_states[view.job_id] = [c.status for c in view.calls.values()]
         figures.unknown_calls += sum(1 for c in view.calls.values() if c.status == "unknown")
