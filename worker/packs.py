@@ -155,6 +155,7 @@ class PackRunner:
             pack_id=pack_id,
         )
         if not claim.fresh:
+            log.info("pack.taken", pack_id=pack_id, jobs=len(members), taken=len(claim.taken))
             lost_cost = _lost_cost(provider, prepared)
             taken = [m for m in members if m.job.id in claim.taken]
             free = [m for m in members if m.job.id not in claim.taken]

@@ -74,3 +74,39 @@ def test_a_short_visibility_timeout_redelivers_a_running_job(
     assert figures.requests_by_job[job["id"]] == 1
     assert figures.outcomes[job["id"]] == "result"
     assert len(crew.entries()) == 1
+
+
+@pytest.mark.parametrize("workers", [1, 2], ids=["two-pool-processes", "two-workers"])
+def test_a_packed_message_delivered_twice_at_once(
+    new_fleet: FleetFactory, report: Callable[[Figures], Figures], workers: int
+) -> None:
+    # Six jobs of one state share one request (shared.packs); the second delivery finds
+    # their calls claimed by the first: claim_pack takes none, each job waits out the live
+    # claim and publishes the first delivery's message.
+    crew = new_fleet(f"pack-twice-{workers}")
+    concurrency = "2" if workers == 1 else "1"
+    running = [crew.start_worker(worker_concurrency=concurrency) for _ in range(workers)]
+    jobs = [{**j, "state": "One shared policy.", "pack": True} for j in crew.jobs(6, "packed")]
+    crew.slow(1500)
+    client = crew.client()
+    bodies = [
+        client.validate(j, reply_to=crew.stream).model_dump(mode="json", exclude_none=True)
+        for j in jobs
+    ]
+    task_id = str(uuid.uuid4())
+    for _ in range(2):
+        client.celery.send_task(
+            keys.RUN_JOBS_TASK, kwargs={"jobs": bodies}, queue=keys.CELERY_QUEUE, task_id=task_id
+        )
+    pairs = crew.pairs([j["id"] for j in jobs])
+    crew.expect_replies(pairs, timeout_s=30)
+
+    def logs() -> str:
+        return "".join(w.text() for w in running)
+
+    wait_until(lambda: logs().count(f"[{task_id}] succeeded") >= 2, 30, "two deliveries")
+    assert "pack.taken" in logs()  # the second delivery met the first one's claims
+    figures = report(crew.check(pairs))
+    assert figures.requests == 1  # one request for six jobs, though the message came twice
+    assert set(figures.outcomes.values()) == {"result"}
+    assert len(crew.entries()) == len(jobs)  # publish-once held for every member
