@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from rich.console import Console
 
 from shared.client import Client
 from shared.replies import EscalationMessage, ResultMessage, parse_reply
 from tests.judgments.support import REPLY_TO, faux_noul, replies, settings_for
+from worker.cli.trace import render
 from worker.embedded import run_batch
 from worker.faux import FauxServer
 from worker.ledger import Ledger, PackClaim
@@ -229,3 +231,11 @@ def test_a_member_met_alone_replays_its_own_answers(
     [published] = [m for m in sink.snapshot() if m.job_id == "m2"]
     reply = parse_reply(published.message)
     assert json.loads(reply.to_json())["answers"] == json.loads(packed["m2"].to_json())["answers"]
+
+    # ``decisions trace`` says whom the call's request was shared with.
+    ledger = Ledger.from_settings(settings)
+    row = ledger.get_job("m2")
+    assert row is not None
+    console = Console(record=True, width=200)
+    console.print(render(row, ledger.calls("m2")))
+    assert "with 4 jobs, saved $" in console.export_text()

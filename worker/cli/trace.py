@@ -103,6 +103,23 @@ def _cost(call: CallRow) -> str:
     return f"${call.cost_usd:.6f} ({call.cost_basis or 'no basis'})"
 
 
+def _packed(call: CallRow) -> str:
+    """Whom the call's request was shared with, and what that saved this job."""
+    packed: dict[str, object] = {}
+    if call.receipt_json:
+        try:
+            packed = json.loads(call.receipt_json).get("packed") or {}
+        except ValueError:
+            packed = {}
+    text = f"packed {(call.pack_id or '')[:12]}"
+    if packed.get("jobs"):
+        text += f" with {packed['jobs']} jobs"
+    saved = packed.get("saved_usd")
+    if isinstance(saved, int | float):
+        text += f", saved ${saved:.6f}"
+    return text
+
+
 def _head(call: CallRow) -> str:
     outcome = _outcome(call)
     head = outcome.get("head")
@@ -132,6 +149,8 @@ def _label(call: CallRow) -> str:
         parts.append(f"[red]{escape(call.error_code)}[/]")
     if call.claims > 1:
         parts.append(f"claims {call.claims}")
+    if call.pack_id:
+        parts.append(_packed(call))
     line = "  ".join(parts)
     head = _head(call)
     return f"{line}\n[dim]{escape(head)}[/]" if head else line
