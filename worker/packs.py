@@ -20,7 +20,6 @@ first settled and the second unclaimed, so a redelivery repeats neither.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from worker.faults import fault_point
 from worker.ledger import ClaimLost, JobRow, MemberClaim, MemberFinish
 from worker.providers import DecisionRequest
 from worker.providers.base import DecisionProvider
-from worker.runner import DECIDE_STEP, Runner, SentCall, _lost_cost, _outcome
+from worker.runner import DECIDE_STEP, Runner, SentCall, _lost_cost, _outcome, answers_json_of
 from worker.verdicts import escalation, verdict
 
 __all__ = ["PackRunner"]
@@ -260,7 +259,7 @@ class PackRunner:
             message = verdict(job, answers, [receipt])
         else:
             message = escalation(job, sent.reason, sent.detail, [receipt])
-        answers_json = None if answers is None else _answers_json(answers)
+        answers_json = None if answers is None else answers_json_of(answers)
         return MemberFinish(
             job_id=job.id,
             message_type=message.type,
@@ -287,6 +286,3 @@ class PackRunner:
 def _wire(job: DecideJob) -> dict[str, dict[str, Any]]:
     return {qid: q.wire() for qid, q in job.questions.items()}
 
-
-def _answers_json(answers: dict[str, Answer]) -> str:
-    return json.dumps({qid: a.model_dump(mode="json") for qid, a in answers.items()})

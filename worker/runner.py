@@ -86,12 +86,13 @@ class SentCall:
     cancelled: bool = False
 
     def outcome(self) -> CallOutcome:
-        answers_json = None
-        if self.answers is not None:
-            answers_json = json.dumps(
-                {qid: a.model_dump(mode="json") for qid, a in self.answers.items()}
-            )
+        answers_json = None if self.answers is None else answers_json_of(self.answers)
         return _outcome(self.status, self.receipt, answers_json, self.error_code)
+
+
+def answers_json_of(answers: dict[str, Answer]) -> str:
+    """Answers as a call's ``outcome_json`` stores them (``stored_answers`` reads them)."""
+    return json.dumps({qid: a.model_dump(mode="json") for qid, a in answers.items()})
 
 
 class Runner:

@@ -49,6 +49,16 @@ class Executions(RunBase):
         self.owner.boundary("after_claim", self.job.id, step)
         return None
 
+    async def claim_or_replay(
+        self, step: str, name: str, request: dict[str, Any]
+    ) -> CallRow | End | None:
+        """``None`` when this delivery may run it now; else the answered run another delivery
+        stored (replay it), or the run's end."""
+        claimed = await self.claim_execution(step, name, request)
+        if claimed is None or isinstance(claimed, End):
+            return claimed
+        return await self.settle_execution(step, name, claimed)
+
     async def settle_execution(self, step: str, name: str, call: CallRow) -> CallRow | End:
         """A run claimed by another delivery: its stored outcome, or an escalation."""
         got = await self.await_claim(step, call)
@@ -96,14 +106,11 @@ class Executions(RunBase):
         name = tool.handler or tool.name
         args = {k: v for k, v in action.kwargs.items() if k not in tool.injected_names}
         request = {"tool": name, "args": args, "call_id": action.call.id}
-        claimed = await self.claim_execution(step, name, request)
-        if isinstance(claimed, End):
-            return claimed
-        if claimed is not None:
-            settled = await self.settle_execution(step, name, claimed)
-            if isinstance(settled, End):
-                return settled
-            content = read_outcome(settled.outcome_json).get("content")
+        replayed = await self.claim_or_replay(step, name, request)
+        if isinstance(replayed, End):
+            return replayed
+        if replayed is not None:
+            content = read_outcome(replayed.outcome_json).get("content")
             return content if isinstance(content, str) else ""
         result, receipt = await self.execute(step, name, tool, action.kwargs)
         receipt = receipt.model_copy(update={"request_sha256": digest_of(request)})
@@ -138,14 +145,11 @@ class Executions(RunBase):
             return End(menu_result(self.job, value, list(self.receipts)))
         step, name = HANDLER_STEP, option.handler or option.name
         request = {"handler": name, "option": option.name, "args": pick.args}
-        claimed = await self.claim_execution(step, name, request)
-        if isinstance(claimed, End):
-            return claimed
-        if claimed is not None:
-            settled = await self.settle_execution(step, name, claimed)
-            if isinstance(settled, End):
-                return settled
-            value = read_outcome(settled.outcome_json).get("value")
+        replayed = await self.claim_or_replay(step, name, request)
+        if isinstance(replayed, End):
+            return replayed
+        if replayed is not None:
+            value = read_outcome(replayed.outcome_json).get("value")
             return End(menu_result(self.job, value, list(self.receipts)))
         result, receipt = await self.execute(step, name, option, pick.kwargs)
         receipt = receipt.model_copy(update={"request_sha256": digest_of(request)})

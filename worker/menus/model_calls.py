@@ -15,7 +15,7 @@ import time
 from shared.errors import DecisionProviderError
 from shared.menus import Message, ModelReply, ModelStep, ToolSpec
 from shared.replies import Receipt
-from worker.ledger import CallRow, ClaimLost
+from worker.ledger import CallRow, Claim, ClaimLost
 from worker.menus.base import End, RunBase, now
 from worker.menus.stored import reply_from_outcome, reply_outcome
 from worker.providers import was_cancelled
@@ -36,6 +36,17 @@ class ModelCalls(RunBase):
             messages, tools, model=self.plan.model, call_key=f"{self.job.id}/{step}"
         )
 
+    async def claim_call(self, step: str, prepared: PreparedChat) -> Claim:
+        return await self.db(
+            self.ledger.claim,
+            job_id=self.job.id,
+            step=step,
+            provider=prepared.runtime,
+            model=prepared.model,
+            request_sha256=prepared.request_sha256,
+            lease_expires=self.lease,
+        )
+
     async def model_call(self, action: ModelStep) -> ModelReply | End:
         step = action.step
         try:
@@ -47,15 +58,7 @@ class ModelCalls(RunBase):
             if isinstance(late, End):
                 return late
             return await self.settle_model(step, late)
-        claim = await self.db(
-            self.ledger.claim,
-            job_id=self.job.id,
-            step=step,
-            provider=prepared.runtime,
-            model=prepared.model,
-            request_sha256=prepared.request_sha256,
-            lease_expires=self.lease,
-        )
+        claim = await self.claim_call(step, prepared)
         if not claim.fresh:
             return await self.settle_model(step, claim.call)
         self.owner.boundary("after_claim", self.job.id, step)
@@ -161,15 +164,7 @@ class ModelCalls(RunBase):
             raise DecisionProviderError(
                 "timeout", "the deadline passed; nothing was sent", provider=prepared.runtime
             )
-        claim = await self.db(
-            self.ledger.claim,
-            job_id=self.job.id,
-            step=step,
-            provider=prepared.runtime,
-            model=prepared.model,
-            request_sha256=prepared.request_sha256,
-            lease_expires=self.lease,
-        )
+        claim = await self.claim_call(step, prepared)
         if not claim.fresh:
             raise DecisionProviderError(
                 "outcome_unknown", f"{step} was claimed before; it is never sent again",
