@@ -16,10 +16,12 @@ import redis
 from shared import keys
 
 __all__ = [
+    "Publication",
     "RedisPublisher",
     "ReplyPublisher",
     "StreamEntry",
     "follow_stream",
+    "publish_many",
     "publish_once",
     "read_stream",
 ]
@@ -47,6 +49,29 @@ class StreamEntry:
     fields: dict[str, str]
 
 
+@dataclass(frozen=True)
+class Publication:
+    """One terminal message to append once: a ``publish_once`` call's arguments."""
+
+    stream: str
+    job_id: str
+    message_type: str
+    message_json: str
+    escalation: bool = False
+    marker: str | None = None
+
+
+def _script_call(
+    publication: Publication, *, ttl_s: int, escalation_stream: str
+) -> tuple[list[str], list[Any]]:
+    marker_key = keys.published_marker(publication.stream, publication.marker or publication.job_id)
+    stream_keys = [marker_key, keys.reply_stream(publication.stream)]
+    if publication.escalation:
+        stream_keys.append(escalation_stream)
+    args = [publication.message_json, ttl_s, publication.job_id, publication.message_type]
+    return stream_keys, args
+
+
 def publish_once(
     client: redis.Redis,
     *,
@@ -60,13 +85,33 @@ def publish_once(
     escalation_stream: str = keys.ESCALATION_STREAM,
 ) -> bool:
     """Append the message unless it was published before; True if this call appended it."""
-    marker_key = keys.published_marker(stream, marker or job_id)
-    stream_keys = [marker_key, keys.reply_stream(stream)]
-    if escalation:
-        stream_keys.append(escalation_stream)
-    script = client.register_script(_PUBLISH_ONCE)
-    added = script(keys=stream_keys, args=[message_json, ttl_s, job_id, message_type])
+    publication = Publication(stream, job_id, message_type, message_json, escalation, marker)
+    stream_keys, args = _script_call(publication, ttl_s=ttl_s, escalation_stream=escalation_stream)
+    added = client.register_script(_PUBLISH_ONCE)(keys=stream_keys, args=args)
     return bool(added)
+
+
+def publish_many(
+    client: redis.Redis,
+    publications: list[Publication],
+    *,
+    ttl_s: int = 7 * 24 * 3600,
+    escalation_stream: str = keys.ESCALATION_STREAM,
+) -> list[bool | Exception]:
+    """``publish_once`` for each, in one round trip (a pipeline, not a transaction: each
+    call is atomic on its own, as it is alone). Per publication: appended now, or its error.
+
+    A connection error raises for all of them: none, some or all may have been appended,
+    and publishing again is safe, since each one's marker keeps a second copy out."""
+    script = client.register_script(_PUBLISH_ONCE)
+    with client.pipeline(transaction=False) as pipe:
+        for publication in publications:
+            stream_keys, args = _script_call(
+                publication, ttl_s=ttl_s, escalation_stream=escalation_stream
+            )
+            script(keys=stream_keys, args=args, client=pipe)
+        answers = pipe.execute(raise_on_error=False)
+    return [a if isinstance(a, Exception) else bool(a) for a in answers]
 
 
 class ReplyPublisher(Protocol):
@@ -112,6 +157,15 @@ class RedisPublisher:
             message_json=message_json,
             escalation=escalation,
             marker=marker,
+            ttl_s=self.ttl_s,
+            escalation_stream=self.escalation_stream,
+        )
+
+    def publish_many(self, publications: list[Publication]) -> list[bool | Exception]:
+        """Several publications in one round trip (``publish_many``)."""
+        return publish_many(
+            self.client,
+            publications,
             ttl_s=self.ttl_s,
             escalation_stream=self.escalation_stream,
         )

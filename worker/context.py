@@ -27,6 +27,7 @@ from worker.loop import ProcessLoop, process_loop
 from worker.menus import MenuRunner
 from worker.providers import ProviderRegistry
 from worker.providers.redis_limiter import RedisLimiter
+from worker.reply_batch import GroupPublish
 from worker.runner import Runner
 from worker.runtimes import RuntimeRegistry
 from worker.sinks import RedisPublisher, ReplySink
@@ -89,23 +90,23 @@ def _build() -> WorkerContext:
     providers = ProviderRegistry.from_settings(settings, http=http, limiter=limiter)
     runtimes = RuntimeRegistry.from_settings(settings, http=http, limiter=limiter)
     handlers = load_handlers(settings.handlers)
-    sink = _overrides.get("sink")
-    if sink is None:
-        sink = RedisPublisher(
-            redis.Redis.from_url(settings.redis_url), ttl_s=settings.publish_marker_ttl_s
-        )
+    sink: ReplySink = _overrides.get("sink") or RedisPublisher(  # type: ignore[assignment]
+        redis.Redis.from_url(settings.redis_url), ttl_s=settings.publish_marker_ttl_s
+    )
     runner = Runner(
         settings=settings,
         ledger=ledger,
         providers=providers,
-        sink=sink,  # type: ignore[arg-type]
+        sink=sink,
         observer=metrics.observer_for(settings),
     )
     runner.menus = MenuRunner(runner, handlers=handlers, runtimes=runtimes)
     if settings.ledger_group_commit:
         runner.batched.update(GroupCommit(ledger).routes())
+    if isinstance(sink, RedisPublisher):
+        runner.batched.update(GroupPublish(sink).routes())
     return WorkerContext(
-        settings, ledger, providers, sink, loop, runner, os.getpid(), runtimes, handlers  # type: ignore[arg-type]
+        settings, ledger, providers, sink, loop, runner, os.getpid(), runtimes, handlers
     )
 
 

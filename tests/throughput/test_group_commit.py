@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
-from shared.errors import JobConflict
+from shared.errors import JobConflict, LedgerError
 from tests.support.services import postgres_schema
 from worker.ledger import CallOutcome, Claim, JobNotFound, Ledger, LedgerUnavailable
 from worker.ledger.batch import GroupCommit
@@ -72,8 +73,13 @@ def answered(job_id: str) -> dict[str, Any]:
         "reason": None,
         "message_json": '{"type": "result"}',
         "outcome": CallOutcome(
-            step="decide", status="answered", receipt_json="{}", outcome_json="{}",
-            cost_usd=None, cost_basis=None, error_code=None,
+            step="decide",
+            status="answered",
+            receipt_json="{}",
+            outcome_json="{}",
+            cost_usd=None,
+            cost_basis=None,
+            error_code=None,
         ),
     }
 
@@ -223,10 +229,55 @@ def test_the_stand_ins_take_the_ledgers_defaults(ledger: Ledger) -> None:
         await group.open_job(**job("late"))
         # Ledger.finish_job(outcome=None): a job that ends with no call (dequeued too late).
         return await group.finish_job(
-            job_id="late", message_type="escalation", reason="deadline_exceeded",
+            job_id="late",
+            message_type="escalation",
+            reason="deadline_exceeded",
             message_json='{"type": "escalation"}',
         )
 
     row = asyncio.run(scenario())
     group.close()
     assert row.terminal_type == "escalation" and row.terminal_reason == "deadline_exceeded"
+
+
+def test_a_batch_of_mark_published_is_one_statement_and_each_keeps_its_verdict(
+    ledger: Ledger,
+) -> None:
+    ids = [f"m{i:02d}" for i in range(40)]
+    for job_id in [*ids, "unfinished"]:
+        ledger.open_job(**job(job_id))
+    for job_id in ids:
+        ledger.claim(**claim(job_id))
+        ledger.finish_job(**answered(job_id))
+    ledger.mark_published(job_id="m00")  # published before: marking it again is a no-op
+    first = ledger.get_job("m00")
+    assert first is not None and first.published_at is not None
+    group = GroupCommit(ledger)
+
+    async def mark(job_ids: list[str]) -> list[Any]:
+        return await asyncio.gather(
+            *(group.mark_published(job_id=j) for j in job_ids), return_exceptions=True
+        )
+
+    mixed = asyncio.run(mark([*ids[:20], "unfinished", "missing"]))
+    assert mixed[:20] == [None] * 20
+    assert isinstance(mixed[20], LedgerError) and "no terminal message" in str(mixed[20])
+    assert isinstance(mixed[21], JobNotFound)
+    updates: list[str] = []
+
+    def count_updates(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("UPDATE JOBS"):
+            updates.append(statement)
+
+    sa.event.listen(ledger.engine, "before_cursor_execute", count_updates)
+    clean = asyncio.run(mark(ids[20:]))
+    sa.event.remove(ledger.engine, "before_cursor_execute", count_updates)
+    group.close()
+    assert clean == [None] * 20
+    assert len(updates) < 20, updates  # together, not one statement a job
+    rows = [ledger.get_job(j) for j in ids]
+    assert all(row is not None and row.published_at is not None for row in rows)
+    again = ledger.get_job("m00")
+    assert again is not None and again.published_at == first.published_at  # first stamp stays
+    unfinished = ledger.get_job("unfinished")
+    assert unfinished is not None and unfinished.published_at is None

@@ -20,11 +20,7 @@ unreachable) fails them all with ``LedgerUnavailable``, as the single writes wou
 
 from __future__ import annotations
 
-import asyncio
-import queue
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
@@ -32,6 +28,7 @@ from sqlalchemy import exc
 from sqlalchemy.engine import Connection
 
 from shared.errors import LedgerError
+from worker.batching import Batcher, Item
 from worker.ledger import call_ops, job_ops
 from worker.ledger.errors import LedgerUnavailable
 from worker.ledger.store import Ledger
@@ -42,6 +39,8 @@ __all__ = ["BATCHED_METHODS", "GroupCommit"]
 BATCHED_METHODS: Final = ("open_job", "open_and_claim", "claim", "finish_job", "mark_published")
 _MAX_BATCH: Final = 256
 _PG_WRITERS: Final = 2
+#: A ``mark_published`` write the batch's one UPDATE already did.
+_DONE: Final = object()
 
 
 def _open_job(conn: Connection, now: datetime, kwargs: dict[str, Any]) -> Any:
@@ -74,119 +73,54 @@ _OPS: Final[dict[str, Callable[[Connection, datetime, dict[str, Any]], Any]]] = 
 }
 
 
-@dataclass(slots=True)
-class _Write:
-    method: str
-    kwargs: dict[str, Any]
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[Any]
-    result: Any = None
-    error: BaseException | None = None
-
-
-def _settle(write: _Write) -> None:
-    if write.future.done():  # the caller was cancelled meanwhile; the write still happened
-        return
-    if write.error is not None:
-        write.future.set_exception(write.error)
-    else:
-        write.future.set_result(write.result)
-
-
-class GroupCommit:
+class GroupCommit(Batcher):
     """Batches ``Ledger`` writes from coroutines; ``await group.claim(...)`` and so on."""
+
+    thread_name = "ledger-group-commit"
 
     def __init__(
         self, ledger: Ledger, *, max_batch: int = _MAX_BATCH, writers: int | None = None
     ) -> None:
-        self.ledger = ledger
-        self.max_batch = max_batch
         # SQLite has one writer at a time anyway; PostgreSQL commits batches side by side, so
         # that its round trips (one a statement) overlap instead of queueing behind one thread.
-        self.writers = writers or (1 if ledger.dialect == "sqlite" else _PG_WRITERS)
-        self._queue: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
-        #: Batches committed and writes they held (the bench reads these).
-        self.batches = 0
-        self.writes = 0
+        super().__init__(
+            max_batch=max_batch,
+            writers=writers or (1 if ledger.dialect == "sqlite" else _PG_WRITERS),
+        )
+        self.ledger = ledger
 
     # --- the methods, awaitable -----------------------------------------------------------
 
     async def open_job(self, **kwargs: Any) -> Any:
-        return await self._submit("open_job", kwargs)
+        return await self.submit("open_job", kwargs)
 
     async def open_and_claim(self, **kwargs: Any) -> Any:
-        return await self._submit("open_and_claim", kwargs)
+        return await self.submit("open_and_claim", kwargs)
 
     async def claim(self, **kwargs: Any) -> Any:
-        return await self._submit("claim", kwargs)
+        return await self.submit("claim", kwargs)
 
     async def finish_job(self, **kwargs: Any) -> Any:
-        return await self._submit("finish_job", kwargs)
+        return await self.submit("finish_job", kwargs)
 
     async def mark_published(self, **kwargs: Any) -> Any:
-        return await self._submit("mark_published", kwargs)
+        return await self.submit("mark_published", kwargs)
 
     def routes(self) -> dict[Callable[..., Any], Callable[..., Any]]:
         """The ledger's bound methods mapped to their grouped versions (for ``Runner._db``)."""
         return {getattr(self.ledger, name): getattr(self, name) for name in BATCHED_METHODS}
 
-    def close(self) -> None:
-        threads, self._threads = self._threads, []
-        for _ in threads:
-            self._queue.put(None)
-        for thread in threads:
-            thread.join(timeout=10)
+    # --- one batch, in the writer thread --------------------------------------------------
 
-    # --- the writer thread ----------------------------------------------------------------
-
-    async def _submit(self, method: str, kwargs: dict[str, Any]) -> Any:
-        self._start()
-        loop = asyncio.get_running_loop()
-        write = _Write(method, kwargs, loop, loop.create_future())
-        self._queue.put(write)
-        # Shielded: a cancelled caller must not stop the write from being reported to the
-        # ledger's other readers; the caller's own cancel is still raised to it.
-        return await asyncio.shield(write.future)
-
-    def _start(self) -> None:
-        if self._threads:
-            return
-        with self._lock:
-            if not self._threads:
-                threads = [
-                    threading.Thread(target=self._run, name=f"ledger-group-commit-{i}", daemon=True)
-                    for i in range(self.writers)
-                ]
-                for thread in threads:
-                    thread.start()
-                self._threads = threads
-
-    def _run(self) -> None:
-        while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            batch = [first]
-            while len(batch) < self.max_batch:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    self._queue.put(None)  # for this thread, after this batch
-                    break
-                batch.append(item)
-            self._commit(batch)
-            for write in batch:
-                write.loop.call_soon_threadsafe(_settle, write)
-
-    def _commit(self, batch: list[_Write]) -> None:
+    def handle(self, batch: list[Item]) -> None:
         now = self.ledger._now()
         try:
             with self.ledger._tx() as conn:
+                self._mark_published_at_once(conn, now, batch)
                 for write in batch:
+                    if write.method == "mark_published" and write.result is _DONE:
+                        write.result = None
+                        continue
                     try:
                         write.result = _OPS[write.method](conn, now, write.kwargs)
                     except (LedgerError, ValueError) as refused:
@@ -202,13 +136,28 @@ class GroupCommit:
         except (_Abort, LedgerError, exc.SQLAlchemyError):
             self._one_by_one(batch)
             return
-        except BaseException as error:  # a bug: every caller hears of it
-            for write in batch:
-                write.result, write.error = None, error
-            return
-        self._count(len(batch))
+        self.count(len(batch))
 
-    def _one_by_one(self, batch: list[_Write]) -> None:
+    @staticmethod
+    def _mark_published_at_once(conn: Connection, now: datetime, batch: list[Item]) -> None:
+        """The batch's ``mark_published`` writes as one UPDATE, when every one of them applies.
+
+        Most batches hold dozens (one a job just published); one statement for them all, and
+        only if some row did not change (published before, or not finished: rare) are they
+        run one by one, each with its own verdict. Marking published commutes with the
+        batch's other writes: they never touch a published job's ``published_at``."""
+        ids = [w.kwargs["job_id"] for w in batch if w.method == "mark_published"]
+        if len(ids) < 2 or len(set(ids)) != len(ids):
+            return
+        if job_ops.mark_many_published(conn, job_ids=ids, now=now) != len(ids):
+            # Not all applied: the statement changed some rows; each write's own run below
+            # finds its row published (a no-op) or says why it cannot be.
+            return
+        for write in batch:
+            if write.method == "mark_published":
+                write.result = _DONE
+
+    def _one_by_one(self, batch: list[Item]) -> None:
         for write in batch:
             write.result, write.error = None, None
             try:
@@ -216,13 +165,7 @@ class GroupCommit:
             except BaseException as error:
                 write.error = error
             else:
-                self._count(1)
-
-    def _count(self, writes: int) -> None:
-        with self._lock:
-            self.batches += 1
-            self.writes += writes
-
+                self.count(1)
 
 
 class _Abort(Exception):

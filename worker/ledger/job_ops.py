@@ -24,6 +24,7 @@ from worker.ledger.sql import insert_if_absent
 __all__ = [
     "finish_job",
     "job_row",
+    "mark_many_published",
     "mark_published",
     "open_and_claim",
     "open_or_read",
@@ -54,6 +55,16 @@ _MARK_PUBLISHED = (
     update(jobs)
     .where(
         (jobs.c.job_id == bindparam("k_job"))
+        & jobs.c.terminal_message.is_not(None)
+        & jobs.c.published_at.is_(None)
+    )
+    .values(published_at=bindparam("v_now"))
+)
+
+_MARK_MANY_PUBLISHED = (
+    update(jobs)
+    .where(
+        jobs.c.job_id.in_(bindparam("k_jobs", expanding=True))
         & jobs.c.terminal_message.is_not(None)
         & jobs.c.published_at.is_(None)
     )
@@ -199,6 +210,11 @@ def mark_published(conn: Connection, *, job_id: str, now: datetime) -> None:
     if not job.finished:
         raise LedgerError(f"job {job_id} has no terminal message to publish yet")
     # Published before: publishing is at least once, the first time stamp stays.
+
+
+def mark_many_published(conn: Connection, *, job_ids: list[str], now: datetime) -> int:
+    """Mark finished, unpublished jobs published in one statement; how many it changed."""
+    return int(conn.execute(_MARK_MANY_PUBLISHED, {"k_jobs": job_ids, "v_now": now}).rowcount)
 
 
 def unpublished(conn: Connection, *, limit: int) -> list[JobRow]:
