@@ -142,6 +142,9 @@ def configure_logging(level: str | int = "INFO", fmt: LogFormat = "auto") -> Non
         named = logging.getLogger(name)
         named.handlers = []
         named.propagate = True
+    # httpx logs every request at INFO; the worker's own call.finished says more, once.
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(max(numeric, logging.WARNING))
     logging.captureWarnings(True)
     _configured = True
 

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+import ssl
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -126,9 +130,103 @@ def test_every_connection_shares_one_tls_context(slow_server: FauxServer) -> Non
         async with sharded_client(max_connections=20, timeout=10) as client:
             await asyncio.gather(*(post(client, slow_server.url) for _ in range(20)))
             transport = transport_of(client)
-            pools = [s.transport._pool for p in transport._origins.values() for s in p.shards]
-            return {id(pool._ssl_context) for pool in pools} | {len(pools)}
+            idle = [c for p in transport._origins.values() for c in p.idle]
+            return {id(c._ssl_context) for c in idle} | {len(idle)}
 
     # Making a context loads the CA bundle (tens of ms): once per client, not per connection.
     contexts = asyncio.run(scenario())
     assert 20 in contexts and len(contexts) == 2
+
+
+def test_a_waiter_gets_the_slot_of_a_connection_that_closed() -> None:
+    # One connection; the server drops it after reading: the queued request must not wait
+    # for a connection that will never come back, but open its own in the freed slot.
+    async def scenario(url: str) -> tuple[list[Any], int]:
+        async with sharded_client(max_connections=1, timeout=10) as client:
+            answers = await asyncio.gather(
+                post(client, url), post(client, url), post(client, url), return_exceptions=True
+            )
+            return answers, transport_of(client).connections()
+
+    behaviour = FauxBehaviour(mode="drop_after_read", fail_first=1, latency_ms=50)
+    with FauxServer(behaviour=behaviour) as server:
+        answers, opened = asyncio.run(scenario(server.url))
+    assert isinstance(answers[0], httpx.RemoteProtocolError)
+    assert [a.status_code for a in answers[1:] if isinstance(a, httpx.Response)] == [200, 200]
+    assert opened == 1
+
+
+def test_an_idle_connection_the_server_closed_is_not_reused() -> None:
+    async def scenario(url: str) -> tuple[int, int]:
+        transport = ShardedTransport(max_connections=4, keepalive_expiry=0.05)
+        async with httpx.AsyncClient(transport=transport, timeout=10) as client:
+            await post(client, url)
+            await asyncio.sleep(0.15)  # past keepalive: the connection is dropped, not used
+            again = await post(client, url)
+            return again.status_code, transport.connections()
+
+    with FauxServer() as server:
+        status, opened = asyncio.run(scenario(server.url))
+    assert status == 200 and opened == 1
+
+
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl is not installed")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )
+    return cert, key
+
+
+def test_https_goes_through_tls_and_reuses_the_connection(tmp_path: Path) -> None:
+    # Every real provider is HTTPS: the asyncio backend's start_tls, verified against the
+    # server's certificate, and the connection kept for the next request.
+    cert, key = _self_signed(tmp_path)
+    served: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            served.append(await reader.readexactly(length))
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+
+    async def scenario() -> tuple[list[str], int, str | None]:
+        server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        server_ctx.load_cert_chain(cert, key)
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=server_ctx)
+        port = server.sockets[0].getsockname()[1]
+        client_ctx = ssl.create_default_context(cafile=str(cert))
+        transport = ShardedTransport(max_connections=4, ssl_context=client_ctx)
+        versions: list[str | None] = []
+
+        async def trace(event: str, info: dict[str, Any]) -> None:
+            if event == "connection.start_tls.complete":
+                ssl_object = info["return_value"].get_extra_info("ssl_object")
+                versions.append(ssl_object.version())
+
+        async with server, httpx.AsyncClient(transport=transport, timeout=10) as client:
+            url = f"https://localhost:{port}/v1"
+            texts = [
+                (await client.post(url, content=b"one", extensions={"trace": trace})).text,
+                (await client.post(url, content=b"two")).text,
+            ]
+            with pytest.raises(httpx.ConnectError):  # a certificate not trusted: never sent
+                untrusting = httpx.AsyncClient(
+                    transport=ShardedTransport(max_connections=1), timeout=10
+                )
+                async with untrusting:
+                    await untrusting.post(url, content=b"three")
+            return texts, transport.connections(), versions[0] if versions else None
+
+    texts, opened, version = asyncio.run(scenario())
+    assert texts == ["ok", "ok"] and served == [b"one", b"two"]
+    assert opened == 1
+    assert version is not None and version.startswith("TLS")
