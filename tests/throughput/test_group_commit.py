@@ -281,3 +281,43 @@ def test_a_batch_of_mark_published_is_one_statement_and_each_keeps_its_verdict(
     assert again is not None and again.published_at == first.published_at  # first stamp stays
     unfinished = ledger.get_job("unfinished")
     assert unfinished is not None and unfinished.published_at is None
+
+
+def test_new_jobs_in_a_batch_open_and_claim_in_two_statements(ledger: Ledger) -> None:
+    ledger.open_job(**job("old"))  # a redelivery: read back, never claimed by this write
+    late = {**job("late"), "deadline": datetime.now(UTC) - timedelta(seconds=1)}
+    fresh = [f"n{i:02d}" for i in range(30)]
+    inserts: list[str] = []
+
+    def count_inserts(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("INSERT INTO"):
+            inserts.append(statement.split("(")[0])
+
+    group = GroupCommit(ledger)
+    step = {k: v for k, v in claim("-").items() if k != "job_id"}  # as the runner passes it
+
+    async def scenario() -> list[Any]:
+        return await asyncio.gather(
+            *(group.open_and_claim(job=job(j), claim=step) for j in fresh),
+            group.open_and_claim(job=job("old"), claim=step),
+            group.open_and_claim(job=late, claim=step),
+            group.open_and_claim(job=job("old", fingerprint="other"), claim=step),
+            return_exceptions=True,
+        )
+
+    sa.event.listen(ledger.engine, "before_cursor_execute", count_inserts)
+    answers = asyncio.run(scenario())
+    sa.event.remove(ledger.engine, "before_cursor_execute", count_inserts)
+    group.close()
+    for job_id, (row, got) in zip(fresh, answers[:30], strict=True):
+        assert row.job_id == job_id and got is not None and got.fresh
+        call = ledger.get_call(job_id, "decide")
+        assert call is not None and call.status == "claimed" and call.claims == 1
+    old_row, old_claim = answers[30]
+    assert old_row.job_id == "old" and old_claim is None
+    late_row, late_claim = answers[31]
+    assert late_row.job_id == "late" and late_claim is None
+    assert ledger.get_call("late", "decide") is None
+    assert isinstance(answers[32], JobConflict)  # its own verdict, its neighbours untouched
+    # 33 writes: the new jobs' rows and claims as a few statements, not 60.
+    assert len(inserts) < 12, inserts

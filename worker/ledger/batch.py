@@ -20,6 +20,7 @@ unreachable) fails them all with ``LedgerUnavailable``, as the single writes wou
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final
@@ -117,9 +118,12 @@ class GroupCommit(Batcher):
         try:
             with self.ledger._tx() as conn:
                 self._mark_published_at_once(conn, now, batch)
+                self._open_and_claim_at_once(conn, now, batch)
                 for write in batch:
-                    if write.method == "mark_published" and write.result is _DONE:
+                    if write.result is _DONE:
                         write.result = None
+                        continue
+                    if write.result is not None:  # done by one of the statements above
                         continue
                     try:
                         write.result = _OPS[write.method](conn, now, write.kwargs)
@@ -156,6 +160,28 @@ class GroupCommit(Batcher):
         for write in batch:
             if write.method == "mark_published":
                 write.result = _DONE
+
+    @staticmethod
+    def _open_and_claim_at_once(conn: Connection, now: datetime, batch: list[Item]) -> None:
+        """The batch's ``open_and_claim`` writes of new jobs as two statements, not two each.
+
+        The writes of a batch are all pending at once, so any order of them is one they
+        could have arrived in: opening the new jobs first is such an order. A job already
+        there (a redelivery) is left to its own write, which reads it and checks its
+        fingerprint; so is a job named twice in the batch."""
+        named = Counter(w.kwargs["job"]["job_id"] for w in batch if w.method == "open_and_claim")
+        writes = [
+            w
+            for w in batch
+            if w.method == "open_and_claim" and named[w.kwargs["job"]["job_id"]] == 1
+        ]
+        if len(writes) < 2:
+            return
+        done = job_ops.open_and_claim_many(conn, writes=[w.kwargs for w in writes], now=now)
+        for write in writes:
+            result = done.get(write.kwargs["job"]["job_id"])
+            if result is not None:
+                write.result = result
 
     def _one_by_one(self, batch: list[Item]) -> None:
         for write in batch:

@@ -24,14 +24,16 @@ from sqlalchemy import bindparam, exc, select, update
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.sql.elements import ColumnElement
 
+from shared.errors import LedgerError
 from worker.ledger.errors import CallNotFound, ClaimLost, JobNotFound
 from worker.ledger.models import calls, to_utc
 from worker.ledger.rows import OUTCOME_STATUSES, CallOutcome, CallRow, Claim
-from worker.ledger.sql import insert_if_absent
+from worker.ledger.sql import insert_if_absent, insert_many_if_absent
 
 __all__ = [
     "call_row",
     "claim_call",
+    "claim_new_calls",
     "expire_call",
     "list_calls",
     "read_call",
@@ -110,6 +112,35 @@ def list_calls(conn: Connection, where: ColumnElement[bool], *order: Any) -> lis
     return [call_row(r) for r in conn.execute(select(calls).where(where).order_by(*order))]
 
 
+def _claim_values(fields: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """A first claim's row: ``claim_call``'s arguments (``pack_id`` optional)."""
+    return {
+        "job_id": fields["job_id"],
+        "step": fields["step"],
+        "provider": fields["provider"],
+        "model": fields["model"],
+        "request_sha256": fields["request_sha256"],
+        "pack_id": fields.get("pack_id"),
+        "status": "claimed",
+        "lease_expires": to_utc(fields["lease_expires"]),
+        "claims": 1,
+        "claimed_at": now,
+    }
+
+
+def claim_new_calls(
+    conn: Connection, *, claims: list[dict[str, Any]], now: datetime
+) -> dict[str, Claim]:
+    """First claims of calls of jobs just opened (none can exist yet), in one statement;
+    by job id. A claim that did not insert means the ledger is not what the caller
+    believes: ``LedgerError``, and the caller's transaction must not stand."""
+    rows = insert_many_if_absent(conn, calls, [_claim_values(c, now) for c in claims])
+    claimed = {row.job_id: Claim(fresh=True, call=call_row(row)) for row in rows}
+    if len(claimed) != len(claims):
+        raise LedgerError("a new job's call was claimed already")
+    return claimed
+
+
 def claim_call(
     conn: Connection,
     *,
@@ -123,23 +154,17 @@ def claim_call(
     pack_id: str | None = None,
 ) -> Claim:
     lease = to_utc(lease_expires)
+    fields = {
+        "job_id": job_id,
+        "step": step,
+        "provider": provider,
+        "model": model,
+        "request_sha256": request_sha256,
+        "pack_id": pack_id,
+        "lease_expires": lease,
+    }
     try:
-        inserted = insert_if_absent(
-            conn,
-            calls,
-            {
-                "job_id": job_id,
-                "step": step,
-                "provider": provider,
-                "model": model,
-                "request_sha256": request_sha256,
-                "pack_id": pack_id,
-                "status": "claimed",
-                "lease_expires": lease,
-                "claims": 1,
-                "claimed_at": now,
-            },
-        )
+        inserted = insert_if_absent(conn, calls, _claim_values(fields, now))
     except exc.IntegrityError as error:
         # ON CONFLICT covers the key only; the foreign key to jobs still fails loudly.
         raise JobNotFound(job_id) from error

@@ -15,11 +15,11 @@ from sqlalchemy.engine import Connection, Row
 
 from shared.errors import JobConflict, LedgerError
 from shared.replies import TERMINAL_TYPES
-from worker.ledger.call_ops import claim_call, record_call, validate_outcome
+from worker.ledger.call_ops import claim_call, claim_new_calls, record_call, validate_outcome
 from worker.ledger.errors import JobNotFound
 from worker.ledger.models import jobs, to_utc
 from worker.ledger.rows import CallOutcome, Claim, JobRow
-from worker.ledger.sql import insert_if_absent
+from worker.ledger.sql import insert_if_absent, insert_many_if_absent
 
 __all__ = [
     "finish_job",
@@ -27,6 +27,7 @@ __all__ = [
     "mark_many_published",
     "mark_published",
     "open_and_claim",
+    "open_and_claim_many",
     "open_or_read",
     "read_job",
     "store_terminal",
@@ -100,6 +101,44 @@ def open_and_claim(
     return row, claim_call(conn, job_id=row.job_id, now=now, **claim)
 
 
+_JOB_FIELDS = ("job_id", "kind", "batch", "reply_to", "fingerprint", "deadline", "job_json")
+
+
+def _job_values(fields: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """A new job row: ``open_or_read``'s arguments, with its deadline in UTC."""
+    values = {name: fields[name] for name in _JOB_FIELDS}
+    values["deadline"] = to_utc(values["deadline"])
+    values["created_at"] = now
+    return values
+
+
+def open_and_claim_many(
+    conn: Connection, *, writes: list[dict[str, Any]], now: datetime
+) -> dict[str, tuple[JobRow, Claim | None]]:
+    """``open_and_claim`` for jobs of distinct ids, in two statements (jobs, then calls).
+
+    Only the jobs this inserted are in the answer: one already there (a redelivery) is
+    left to ``open_and_claim``, which reads it and checks its fingerprint."""
+    opened = {
+        row.job_id: job_row(row)
+        for row in insert_many_if_absent(
+            conn, jobs, [_job_values(w["job"], now) for w in writes]
+        )
+    }
+    # A job dequeued past its deadline is opened but never claimed, as in open_and_claim.
+    claimable = {job_id for job_id, row in opened.items() if row.deadline > now}
+    claims = claim_new_calls(
+        conn,
+        claims=[
+            {"job_id": w["job"]["job_id"], **w["claim"]}
+            for w in writes
+            if w["job"]["job_id"] in claimable
+        ],
+        now=now,
+    )
+    return {job_id: (row, claims.get(job_id)) for job_id, row in opened.items()}
+
+
 def open_or_read(
     conn: Connection,
     *,
@@ -113,20 +152,16 @@ def open_or_read(
     now: datetime,
 ) -> tuple[JobRow, bool]:
     """The job's row, and whether this call inserted it."""
-    inserted = insert_if_absent(
-        conn,
-        jobs,
-        {
-            "job_id": job_id,
-            "kind": kind,
-            "batch": batch,
-            "reply_to": reply_to,
-            "fingerprint": fingerprint,
-            "deadline": to_utc(deadline),
-            "job_json": job_json,
-            "created_at": now,
-        },
-    )
+    fields = {
+        "job_id": job_id,
+        "kind": kind,
+        "batch": batch,
+        "reply_to": reply_to,
+        "fingerprint": fingerprint,
+        "deadline": deadline,
+        "job_json": job_json,
+    }
+    inserted = insert_if_absent(conn, jobs, _job_values(fields, now))
     if inserted is not None:
         return job_row(inserted), True
     stored = read_job(conn, job_id)

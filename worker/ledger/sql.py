@@ -10,7 +10,7 @@ from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Row
 
-__all__ = ["insert_if_absent", "utcnow"]
+__all__ = ["insert_if_absent", "insert_many_if_absent", "utcnow"]
 
 
 def utcnow() -> datetime:
@@ -39,3 +39,13 @@ def insert_if_absent(conn: Connection, table: Table, values: dict[str, Any]) -> 
     already serialised the writers. Either way only the winner gets a row back.
     """
     return conn.execute(_insert_if_absent(table, conn.dialect.name), values).first()
+
+
+def insert_many_if_absent(
+    conn: Connection, table: Table, rows: list[dict[str, Any]]
+) -> list[Row[Any]]:
+    """``insert_if_absent`` for many rows in one statement (SQLAlchemy's "insertmanyvalues"):
+    the rows it inserted, in no particular order; a row whose key was taken is left out."""
+    if not rows:
+        return []
+    return list(conn.execute(_insert_if_absent(table, conn.dialect.name), rows).all())
