@@ -31,7 +31,7 @@ class BenchConfig:
     #: Seconds of paced load at half the maximum rate, for the added latency; each tick's
     #: jobs go as one message (a producer sending what it has, every tick).
     latency_run_s: float = 4.0
-    latency_tick_s: float = 0.01
+    latency_tick_s: float = 0.02
     #: The RSS run: this many decisions in flight (faux latency long enough to hold them).
     rss_in_flight: int = 1000
     rss_latency_ms: float = 5000.0
