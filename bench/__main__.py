@@ -13,6 +13,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,7 +33,10 @@ from bench.workload import decide_jobs
 from shared.client import Client
 from shared.settings import Settings
 
-STAGES = ("producer", "direct", "noop", "pipeline-sqlite", "pipeline-postgresql", "rss")
+STAGES = (
+    "producer", "direct", "noop", "pipeline-sqlite", "pipeline-postgresql", "rss",
+    "fleet-postgresql",
+)
 
 
 def _redis_url(config: BenchConfig) -> str:
@@ -108,19 +112,23 @@ def _profiled(pid: int, out: Path, seconds: float, enabled: bool) -> Iterator[No
             proc.wait(timeout=30)
 
 
+@dataclass(frozen=True)
+class _Bench:
+    """What every stage runs with."""
+
+    config: BenchConfig
+    faux_url: str
+    client: Client
+    r: redis.Redis
+    logs: Path
+    results: Results
+
+
 def _pipeline_stage(
-    name: str,
-    ledger_url: str,
-    config: BenchConfig,
-    faux_url: str,
-    client: Client,
-    r: redis.Redis,
-    logs: Path,
-    results: Results,
-    *,
-    profile: bool,
-    rss: bool,
+    bench: _Bench, name: str, ledger_url: str, *, profile: bool, rss: bool
 ) -> None:
+    config, faux_url, client, r = bench.config, bench.faux_url, bench.client, bench.r
+    logs, results = bench.logs, bench.results
     env = _worker_env(config, ledger_url, faux_url)
     argv = [DECISIONS, "worker", "--migrate", *_pool_args(config)]
     with spawn_worker(argv, env, logs / f"worker-{name}.log") as worker:
@@ -157,6 +165,28 @@ def _pipeline_stage(
                 f"{seen.peak} in flight",
                 flush=True,
             )
+
+
+def _fleet_stage(bench: _Bench, ledger_url: str) -> None:
+    """``config.fleet_workers`` worker processes on one ledger: what a second core buys."""
+    config, faux_url, client, r = bench.config, bench.faux_url, bench.client, bench.r
+    logs, results = bench.logs, bench.results
+    env = _worker_env(config, ledger_url, faux_url)
+    argv = [DECISIONS, "worker", "--migrate", *_pool_args(config)]
+    with contextlib.ExitStack() as stack:
+        workers = [
+            stack.enter_context(spawn_worker(argv, env, logs / f"worker-fleet-{i}.log"))
+            for i in range(config.fleet_workers)
+        ]
+        for latency in config.faux_latencies_ms:
+            _set_latency(faux_url, latency)
+            tag = f"fleet-{latency:g}ms"
+            n = config.decisions_0ms if latency == 0 else config.decisions_200ms
+            saturated_run(client, r, f"warm-{tag}", config.warmup, chunk_size=config.chunk_size)
+            with Meter(*(w.pid for w in workers)) as meter:
+                run = saturated_run(client, r, f"max-{tag}", n, chunk_size=config.chunk_size)
+            results.fleet(config.fleet_workers, "postgresql", latency, run, meter.usage)
+            print(f"  {tag}: {run.rate:,.0f}/s  types={run.types}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -208,19 +238,22 @@ def main(argv: list[str] | None = None) -> int:
                         results.noop(
                             run_noop(client.celery, r, config.noop_tasks, warmup=config.warmup)
                         )
+                bench = _Bench(config, faux_url, client, r, logs, results)
                 if "pipeline-sqlite" in stages:
                     print("pipeline, SQLite ledger ...", flush=True)
-                    _pipeline_stage(
-                        "sqlite", f"sqlite:///{data / 'ledger.db'}", config, faux_url, client,
-                        r, logs, results, profile=args.profile, rss=False,
-                    )
+                    sqlite_url = f"sqlite:///{data / 'ledger.db'}"
+                    _pipeline_stage(bench, "sqlite", sqlite_url, profile=args.profile, rss=False)
                 if "pipeline-postgresql" in stages or "rss" in stages:
                     print("pipeline, PostgreSQL ledger ...", flush=True)
                     with _pg_schema(config) as pg_url:
                         _pipeline_stage(
-                            "postgresql", pg_url, config, faux_url, client, r, logs, results,
-                            profile=args.profile, rss="rss" in stages,
+                            bench, "postgresql", pg_url, profile=args.profile,
+                            rss="rss" in stages,
                         )
+                if "fleet-postgresql" in stages:
+                    print(f"{config.fleet_workers} worker processes, PostgreSQL ledger ...")
+                    with _pg_schema(config) as pg_url:
+                        _fleet_stage(bench, pg_url)
             results.logs_tail = {
                 p.name: p.read_text(errors="replace")[-1500:]
                 for p in logs.glob("*.log")

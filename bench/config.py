@@ -20,14 +20,16 @@ class BenchConfig:
     warmup: int = 500
     noop_tasks: int = 4000
     producer_jobs: int = 100_000
-    #: Jobs per Celery message in the saturated runs.
-    chunk_size: int = 16
+    #: Jobs per Celery message in the saturated runs: the client's default
+    #: (``DECISIONS_CHUNK_SIZE``).
+    chunk_size: int = 32
     #: Celery pool of the one worker process: threads that all feed its one asyncio loop,
     #: so that chunk_size x threads decisions are in flight in one process.
     pool: str = "threads"
-    #: 32 threads x chunks of 16: 512 in flight, and room for the paced runs' small
-    #: messages (each holds a thread for its chunk's provider latency).
-    pool_threads: int = 32
+    #: 16 threads x chunks of 32: 512 in flight, and room for the paced runs' small
+    #: messages (each holds a thread for its chunk's provider latency: at 200 ms and one
+    #: message per 20 ms tick, about 11 of them).
+    pool_threads: int = 16
     #: Seconds of paced load at half the maximum rate, for the added latency; each tick's
     #: jobs go as one message (a producer sending what it has, every tick).
     latency_run_s: float = 4.0
@@ -36,6 +38,8 @@ class BenchConfig:
     rss_in_flight: int = 1000
     rss_latency_ms: float = 5000.0
     faux_latencies_ms: tuple[float, ...] = (0.0, 200.0)
+    #: The fleet stage: this many worker processes (one a core here) on one PostgreSQL.
+    fleet_workers: int = 2
 
     @property
     def in_flight(self) -> int:

@@ -117,10 +117,10 @@ class TreeUsage:
 
 
 class Meter:
-    """CPU seconds and peak RSS of a process and its children, sampled on a thread."""
+    """CPU seconds and peak RSS of processes and their children, sampled on a thread."""
 
-    def __init__(self, pid: int, interval_s: float = 0.05) -> None:
-        self._root = psutil.Process(pid)
+    def __init__(self, *pids: int, interval_s: float = 0.05) -> None:
+        self._roots = [psutil.Process(pid) for pid in pids]
         self._interval = interval_s
         self._stop = threading.Event()
         self._peak = 0
@@ -129,10 +129,11 @@ class Meter:
         self._dead_cpu = 0.0
 
     def _tree(self) -> list[psutil.Process]:
-        try:
-            return [self._root, *self._root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            return []
+        tree: list[psutil.Process] = []
+        for root in self._roots:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                tree += [root, *root.children(recursive=True)]
+        return tree
 
     def _cpu(self) -> float:
         total = 0.0

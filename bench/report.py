@@ -96,6 +96,18 @@ class Results:
             )
         )
 
+    def fleet(
+        self, workers: int, ledger: str, latency_ms: float, run: PipelineRun, usage: TreeUsage
+    ) -> None:
+        # Saturated only: the added latency is the one-process rows' measure.
+        self.rows.append(
+            Row(
+                f"pipeline x{workers}", latency_ms, ledger, run.rate, run.decisions,
+                cpu_ms_per_decision=usage.cpu_s * 1000 / run.decisions,
+                peak_rss_mb=usage.peak_rss_bytes / MB, types={**run.types},
+            )
+        )
+
     def rss(
         self, ledger: str, target: int, in_flight: int, usage: TreeUsage, run: PipelineRun
     ) -> None:

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from shared.errors import JobConflict, LedgerError
 from tests.support.services import postgres_schema
-from worker.ledger import CallOutcome, Claim, JobNotFound, Ledger, LedgerUnavailable
+from worker.ledger import CallOutcome, Claim, ClaimLost, JobNotFound, Ledger, LedgerUnavailable
 from worker.ledger.batch import GroupCommit
 
 BACKENDS = [
@@ -321,3 +321,50 @@ def test_new_jobs_in_a_batch_open_and_claim_in_two_statements(ledger: Ledger) ->
     assert isinstance(answers[32], JobConflict)  # its own verdict, its neighbours untouched
     # 33 writes: the new jobs' rows and claims as a few statements, not 60.
     assert len(inserts) < 12, inserts
+
+
+def test_a_batch_of_finishes_is_few_statements_and_each_keeps_its_verdict(
+    ledger: Ledger,
+) -> None:
+    ids = [f"f{i:02d}" for i in range(30)]
+    for job_id in [*ids, "lost", "done"]:
+        ledger.open_job(**job(job_id))
+        ledger.claim(**{**claim(job_id), "lease_expires": soon(90)})
+    ledger.finish_job(**answered("done"))
+    first = ledger.get_job("done")
+    # Another delivery found "lost"'s lease over and booked the call unknown.
+    ledger.expire_claim(
+        job_id="lost", step="decide", now=soon(120), cost_usd=None, cost_basis=None
+    )
+    updates: list[str] = []
+
+    def count_updates(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("UPDATE CALLS"):
+            updates.append(statement)
+
+    group = GroupCommit(ledger)
+
+    async def finish(job_ids: list[str]) -> list[Any]:
+        return await asyncio.gather(
+            *(group.finish_job(**answered(j)) for j in job_ids), return_exceptions=True
+        )
+
+    sa.event.listen(ledger.engine, "before_cursor_execute", count_updates)
+    clean = asyncio.run(finish(ids[:20]))
+    clean_updates = len(updates)
+    mixed = asyncio.run(finish([*ids[20:], "lost", "done", "missing"]))
+    sa.event.remove(ledger.engine, "before_cursor_execute", count_updates)
+    group.close()
+    assert [row.job_id for row in clean] == ids[:20]
+    assert all(row.terminal_type == "result" and row.finished_at is not None for row in clean)
+    assert clean_updates < 20, clean_updates  # together, not one statement a job
+    assert [row.job_id for row in mixed[:10]] == ids[20:]
+    assert isinstance(mixed[10], ClaimLost) and mixed[10].call.status == "unknown"
+    assert first is not None and mixed[11].finished_at == first.finished_at  # first wins
+    assert isinstance(mixed[12], JobNotFound)
+    for job_id in ids:
+        row, call = ledger.get_job(job_id), ledger.get_call(job_id, "decide")
+        assert row is not None and row.terminal_message == '{"type": "result"}'
+        assert call is not None and call.status == "answered"
+    lost = ledger.get_job("lost")
+    assert lost is not None and not lost.finished  # the refused finish left nothing behind

@@ -38,6 +38,7 @@ __all__ = [
     "list_calls",
     "read_call",
     "record_call",
+    "record_calls",
     "validate_outcome",
 ]
 
@@ -71,7 +72,7 @@ _RECLAIM = (
     .returning(calls)
 )
 
-_RECORD = (
+_RECORD_ONLY = (
     update(calls)
     .where(_KEY & (calls.c.status == "claimed"))
     .values(
@@ -83,8 +84,8 @@ _RECORD = (
         receipt_json=bindparam("v_receipt"),
         outcome_json=bindparam("v_outcome"),
     )
-    .returning(calls)
 )
+_RECORD = _RECORD_ONLY.returning(calls)
 
 _EXPIRE = (
     update(calls)
@@ -210,26 +211,40 @@ def _check_cost(cost_usd: float | None, cost_basis: str | None) -> None:
 def record_call(conn: Connection, *, job_id: str, outcome: CallOutcome, now: datetime) -> CallRow:
     """Close a claimed call. Raises ``ClaimLost`` (nothing written) if it is not claimed."""
     validate_outcome(outcome)
-    changed = conn.execute(
-        _RECORD,
-        {
-            "k_job": job_id,
-            "k_step": outcome.step,
-            "v_status": outcome.status,
-            "v_now": now,
-            "v_cost": outcome.cost_usd,
-            "v_basis": outcome.cost_basis,
-            "v_error": outcome.error_code,
-            "v_receipt": outcome.receipt_json,
-            "v_outcome": outcome.outcome_json,
-        },
-    ).first()
+    changed = conn.execute(_RECORD, _record_params(job_id, outcome, now)).first()
     if changed is not None:
         return call_row(changed)
     stored = read_call(conn, job_id, outcome.step)
     if stored is None:
         raise CallNotFound(job_id, outcome.step)
     raise ClaimLost(stored, outcome.status)
+
+
+def _record_params(job_id: str, outcome: CallOutcome, now: datetime) -> dict[str, Any]:
+    return {
+        "k_job": job_id,
+        "k_step": outcome.step,
+        "v_status": outcome.status,
+        "v_now": now,
+        "v_cost": outcome.cost_usd,
+        "v_basis": outcome.cost_basis,
+        "v_error": outcome.error_code,
+        "v_receipt": outcome.receipt_json,
+        "v_outcome": outcome.outcome_json,
+    }
+
+
+def record_calls(
+    conn: Connection, *, outcomes: list[tuple[str, CallOutcome]], now: datetime
+) -> int:
+    """Close claimed calls, (job id, outcome) each, in one executemany; how many it closed.
+
+    Fewer than given means some call was not claimed (``record_call`` says which and why):
+    the caller must not let its transaction stand."""
+    for _, outcome in outcomes:
+        validate_outcome(outcome)
+    params = [_record_params(job_id, outcome, now) for job_id, outcome in outcomes]
+    return int(conn.execute(_RECORD_ONLY, params).rowcount)
 
 
 def expire_call(

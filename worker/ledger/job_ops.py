@@ -7,6 +7,7 @@ published afterwards. Storing is first-wins, so every redelivery publishes the s
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -15,14 +16,22 @@ from sqlalchemy.engine import Connection, Row
 
 from shared.errors import JobConflict, LedgerError
 from shared.replies import TERMINAL_TYPES
-from worker.ledger.call_ops import claim_call, claim_new_calls, record_call, validate_outcome
+from worker.ledger.call_ops import (
+    claim_call,
+    claim_new_calls,
+    record_call,
+    record_calls,
+    validate_outcome,
+)
 from worker.ledger.errors import JobNotFound
 from worker.ledger.models import jobs, to_utc
 from worker.ledger.rows import CallOutcome, Claim, JobRow
 from worker.ledger.sql import insert_if_absent, insert_many_if_absent
 
 __all__ = [
+    "check_finish",
     "finish_job",
+    "finish_many",
     "job_row",
     "mark_many_published",
     "mark_published",
@@ -40,7 +49,7 @@ _READ = select(jobs).where(jobs.c.job_id == bindparam("k_job"))
 # IMMEDIATE transactions are serialised already.
 _READ_FOR_UPDATE = _READ.with_for_update()
 
-_STORE_TERMINAL = (
+_STORE_TERMINAL_ONLY = (
     update(jobs)
     .where((jobs.c.job_id == bindparam("k_job")) & jobs.c.terminal_message.is_(None))
     .values(
@@ -49,7 +58,14 @@ _STORE_TERMINAL = (
         terminal_message=bindparam("v_message"),
         finished_at=bindparam("v_now"),
     )
-    .returning(jobs)
+)
+_STORE_TERMINAL = _STORE_TERMINAL_ONLY.returning(jobs)
+# Ordered, so that two batches locking overlapping jobs take their locks in one order.
+_READ_MANY_FOR_UPDATE = (
+    select(jobs)
+    .where(jobs.c.job_id.in_(bindparam("k_jobs", expanding=True)))
+    .order_by(jobs.c.job_id)
+    .with_for_update()
 )
 
 _MARK_PUBLISHED = (
@@ -209,12 +225,7 @@ def finish_job(
     outcome: CallOutcome | None,
     now: datetime,
 ) -> JobRow:
-    if message_type not in TERMINAL_TYPES:
-        raise ValueError(
-            f"a terminal message is one of {sorted(TERMINAL_TYPES)}, not {message_type!r}"
-        )
-    if outcome is not None:
-        validate_outcome(outcome)
+    check_finish(message_type, outcome)
     job = read_job(conn, job_id, for_update=True)
     if job is None:
         raise JobNotFound(job_id)
@@ -233,6 +244,63 @@ def finish_job(
     )
     assert finished is not None  # the row is locked and was not finished
     return finished
+
+
+def finish_many(
+    conn: Connection, *, writes: list[dict[str, Any]], now: datetime
+) -> dict[str, JobRow]:
+    """``finish_job`` for jobs of distinct ids, in three statements (read and lock the
+    rows, record the calls, store the messages), not three each. By job id: the finished
+    row, or the stored one for a job finished before (first wins). A job not found is left
+    out (``finish_job`` says so). If a call was not claimed any more (another delivery
+    booked it), ``LedgerError``: the caller's transaction must not stand. Each write must
+    pass ``check_finish`` first."""
+    ids = [write["job_id"] for write in writes]
+    rows = {r.job_id: job_row(r) for r in conn.execute(_READ_MANY_FOR_UPDATE, {"k_jobs": ids})}
+    done: dict[str, JobRow] = {}
+    to_finish = []
+    for write in writes:
+        row = rows.get(write["job_id"])
+        if row is None:
+            continue
+        if row.finished:
+            done[row.job_id] = row
+        else:
+            to_finish.append((write, row))
+    outcomes = [(w["job_id"], w["outcome"]) for w, _ in to_finish if w["outcome"] is not None]
+    if outcomes and record_calls(conn, outcomes=outcomes, now=now) != len(outcomes):
+        raise LedgerError("a call to record was not claimed any more")
+    if to_finish:
+        params = [
+            {
+                "k_job": w["job_id"],
+                "v_type": w["message_type"],
+                "v_reason": w["reason"],
+                "v_message": w["message_json"],
+                "v_now": now,
+            }
+            for w, _ in to_finish
+        ]
+        if conn.execute(_STORE_TERMINAL_ONLY, params).rowcount != len(params):
+            raise LedgerError("a job locked for finishing was finished meanwhile")
+    for write, row in to_finish:
+        done[row.job_id] = replace(
+            row,
+            terminal_type=write["message_type"],
+            terminal_reason=write["reason"],
+            terminal_message=write["message_json"],
+            finished_at=now,
+        )
+    return done
+
+
+def check_finish(message_type: str, outcome: CallOutcome | None) -> None:
+    if message_type not in TERMINAL_TYPES:
+        raise ValueError(
+            f"a terminal message is one of {sorted(TERMINAL_TYPES)}, not {message_type!r}"
+        )
+    if outcome is not None:
+        validate_outcome(outcome)
 
 
 def mark_published(conn: Connection, *, job_id: str, now: datetime) -> None:
