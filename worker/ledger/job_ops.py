@@ -135,6 +135,9 @@ def open_and_claim_many(
 
     Only the jobs this inserted are in the answer: one already there (a redelivery) is
     left to ``open_and_claim``, which reads it and checks its fingerprint."""
+    # In key order: two batches inserting overlapping ids (one message delivered twice at
+    # once) then wait on each other in one order, never in a cycle (PostgreSQL).
+    writes = sorted(writes, key=lambda w: str(w["job"]["job_id"]))
     opened = {
         row.job_id: job_row(row)
         for row in insert_many_if_absent(
