@@ -177,6 +177,12 @@ class Settings(BaseSettings):
         "auto", description="worker logs: JSON lines, console lines, or auto (console on a tty)"
     )
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+    gc_first_threshold: int = Field(
+        20_000,
+        ge=0,
+        description="allocations between the cyclic GC's young collections in a worker "
+        "(Python's default is 700; 0 leaves the GC as Python sets it)",
+    )
 
     # --- reviewers -----------------------------------------------------------------------
     escalation_claim_idle_s: float = Field(

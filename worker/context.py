@@ -19,6 +19,7 @@ from celery import signals
 from shared.errors import ConfigurationError
 from shared.settings import Settings, get_settings
 from worker import metrics
+from worker.gc_policy import freeze_long_lived, tune_gc
 from worker.handlers import HandlerRegistry, load_handlers
 from worker.http_pool import sharded_client
 from worker.ledger import Ledger
@@ -105,9 +106,18 @@ def _build() -> WorkerContext:
         runner.batched.update(GroupCommit(ledger).routes())
     if isinstance(sink, RedisPublisher):
         runner.batched.update(GroupPublish(sink).routes())
-    return WorkerContext(
+    context = WorkerContext(
         settings, ledger, providers, sink, loop, runner, os.getpid(), runtimes, handlers
     )
+    freeze_long_lived()
+    return context
+
+
+@signals.worker_init.connect
+def _tune_gc(sender: Any = None, **_: Any) -> None:
+    # In the worker's main process, before any pool process forks: the frozen start-up
+    # objects are shared with the children and never walked (nor copied) by their GC.
+    tune_gc(get_settings())
 
 
 @signals.worker_init.connect
