@@ -12,6 +12,7 @@ named like secrets or payloads are dropped and passwords in URLs are masked befo
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 from collections.abc import MutableMapping
@@ -21,6 +22,7 @@ import structlog
 
 __all__ = [
     "LogFormat",
+    "add_process",
     "configure_logging",
     "is_configured",
     "mask_passwords",
@@ -65,6 +67,15 @@ def mask_passwords(value: str) -> str:
     return _URL_PASSWORD.sub(r"\1***@", value)
 
 
+def add_process(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> Any:
+    """structlog processor: the process id (a prefork worker's pool processes share a log).
+
+    Not ``CallsiteParameterAdder``: it walks the caller's frames on every event to find
+    them, even when only the process id is asked for (3% of a busy worker's CPU)."""
+    event_dict.setdefault("process", os.getpid())
+    return event_dict
+
+
 def redact(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> Any:
     """structlog processor: drop secret-looking fields, mask URL passwords in strings."""
     for name in list(event_dict):
@@ -97,9 +108,7 @@ def configure_logging(level: str | int = "INFO", fmt: LogFormat = "auto") -> Non
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
-        structlog.processors.CallsiteParameterAdder(
-            [structlog.processors.CallsiteParameter.PROCESS]
-        ),
+        add_process,
     ]
     renderer: structlog.typing.Processor
     if rendered == "json":
