@@ -70,9 +70,9 @@ class Batcher:
         loop = asyncio.get_running_loop()
         item = Item(method, kwargs, loop, loop.create_future())
         self._queue.put(item)
-        # Shielded: a cancelled caller must not stop the call from being reported to its
-        # other readers; the caller's own cancel is still raised to it.
-        return await asyncio.shield(item.future)
+        # A caller cancelled meanwhile cancels only its future: the call itself still
+        # happens (it is queued), and its outcome is dropped unread (``_settle``).
+        return await item.future
 
     def close(self) -> None:
         threads, self._threads = self._threads, []

@@ -151,6 +151,9 @@ def configure_logging(level: str | int = "INFO", fmt: LogFormat = "auto") -> Non
         named = logging.getLogger(name)
         named.handlers = []
         named.propagate = True
+    # No line shows where a call was made from, so never look it up (the logging HOWTO's
+    # "Optimization": a frame walk per record otherwise).
+    logging._srcfile = None
     # httpx logs every request at INFO; the worker's own call.finished says more, once.
     for name in ("httpx", "httpcore"):
         logging.getLogger(name).setLevel(max(numeric, logging.WARNING))
