@@ -230,3 +230,33 @@ def test_https_goes_through_tls_and_reuses_the_connection(tmp_path: Path) -> Non
     assert texts == ["ok", "ok"] and served == [b"one", b"two"]
     assert opened == 1
     assert version is not None and version.startswith("TLS")
+
+
+def test_a_connection_the_server_closed_while_idle_is_never_sent_on() -> None:
+    # A server (or a proxy) closing an idle keep-alive connection is routine. Sending the
+    # next request on it would fail after the request may have left, and a decision
+    # would be escalated as "maybe sent": the pool must see the close and connect anew.
+    connections: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        await reader.readexactly(length)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        writer.close()  # no "Connection: close": the client believes it may reuse it
+
+    async def scenario() -> list[str]:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server, sharded_client(max_connections=4, timeout=10) as client:
+            texts = []
+            for _ in range(3):
+                response = await client.post(f"http://127.0.0.1:{port}/v1", content=b"x")
+                texts.append(response.text)
+                await asyncio.sleep(0.05)  # the close reaches the client while idle
+            return texts
+
+    assert asyncio.run(scenario()) == ["ok", "ok", "ok"]
+    assert len(connections) == 3
