@@ -13,6 +13,7 @@ tell "never sent" (``ConnectError``, ``ConnectTimeout``) from "maybe sent" (``Re
 from __future__ import annotations
 
 import asyncio
+import select
 import socket
 import ssl
 from collections.abc import Iterable, Iterator
@@ -20,8 +21,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import httpcore
-from httpcore._backends.base import SOCKET_OPTION
-from httpcore._utils import is_socket_readable
+from httpcore import SOCKET_OPTION
 
 __all__ = ["AsyncioBackend", "AsyncioStream"]
 
@@ -37,6 +37,15 @@ def _mapped(timeout_error: type[Exception], os_error: type[Exception]) -> Iterat
         raise timeout_error(str(exc) or type(exc).__name__) from exc
     except (OSError, EOFError, ssl.SSLError) as exc:
         raise os_error(str(exc) or type(exc).__name__) from exc
+
+
+def _readable(sock: socket.socket | None) -> bool:
+    """Whether reading ``sock`` would return at once (data, or its end): a socket gone is."""
+    if sock is None or sock.fileno() < 0:
+        return True
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _deadline(timeout: float | None) -> asyncio.Timeout:
@@ -103,7 +112,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
             # socket says so (its end of file stays readable).
             if self._reader.at_eof() or self._writer.is_closing():
                 return True
-            return is_socket_readable(self._writer.get_extra_info("socket"))
+            return _readable(self._writer.get_extra_info("socket"))
         return None
 
 
