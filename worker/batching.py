@@ -33,6 +33,8 @@ class Item:
     future: asyncio.Future[Any]
     result: Any = None
     error: BaseException | None = None
+    #: Done already, by a statement covering several items (``GroupCommit``'s fast paths).
+    done: bool = False
 
 
 def _settle(items: list[Item]) -> None:

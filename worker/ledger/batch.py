@@ -4,10 +4,17 @@ A worker process runs hundreds of jobs at once, and each writes the ledger three
 the job and claim its call, record the outcome with the terminal message, mark it published).
 One transaction each, on a thread pool, costs a transaction's overhead per write and, on
 SQLite, a fight for the write lock between the pool's threads. ``GroupCommit`` has one
-writer thread: a write waits in a queue, the thread takes every write waiting (up to
-``max_batch``), runs them in order in ONE transaction, commits, and only then resolves each
-write's future. So a claim is still committed before its caller can send a byte; a write
-never waits for a timer, only for the batch before it.
+writer thread (two on PostgreSQL; ``worker.batching``): a write waits in a queue, the
+thread takes every write waiting (up to ``max_batch``), runs them in ONE transaction,
+commits, and only then resolves each write's future. So a claim is still committed before
+its caller can send a byte; a write never waits for a timer, only for the batch before it.
+
+Within the transaction the batch's common writes go first as multi-row statements: new
+jobs opened and claimed (two INSERTs for all of them), jobs finished (a locking SELECT and
+two executemany UPDATEs), published marks (one UPDATE); then every other write, in order.
+The writes of a batch are all pending at once, so any order of them is an order they could
+have arrived in. A write such a statement cannot settle alone (a job already there, named
+twice in the batch, not found) is left to its own run, which says why.
 
 Each write keeps its own outcome. The ledger's state changes raise their refusals
 (``JobConflict``, ``ClaimLost``, ``JobNotFound``, ...) before that write changes anything,
@@ -40,8 +47,6 @@ __all__ = ["BATCHED_METHODS", "GroupCommit"]
 BATCHED_METHODS: Final = ("open_job", "open_and_claim", "claim", "finish_job", "mark_published")
 _MAX_BATCH: Final = 256
 _PG_WRITERS: Final = 2
-#: A ``mark_published`` write the batch's one UPDATE already did.
-_DONE: Final = object()
 
 
 def _open_job(conn: Connection, now: datetime, kwargs: dict[str, Any]) -> Any:
@@ -121,10 +126,7 @@ class GroupCommit(Batcher):
                 self._open_and_claim_at_once(conn, now, batch)
                 self._finish_at_once(conn, now, batch)
                 for write in batch:
-                    if write.result is _DONE:
-                        write.result = None
-                        continue
-                    if write.result is not None:  # done by one of the statements above
+                    if write.done:  # by one of the statements above
                         continue
                     try:
                         write.result = _OPS[write.method](conn, now, write.kwargs)
@@ -136,7 +138,7 @@ class GroupCommit(Batcher):
                         write.error = refused  # refused before it changed anything
         except LedgerUnavailable as down:
             for write in batch:  # an outage fails every write, as it would have alone
-                write.result, write.error = None, down
+                write.result, write.error, write.done = None, down, False
             return
         except (_Abort, LedgerError, exc.SQLAlchemyError):
             self._one_by_one(batch)
@@ -160,7 +162,7 @@ class GroupCommit(Batcher):
             return
         for write in batch:
             if write.method == "mark_published":
-                write.result = _DONE
+                write.result, write.done = None, True
 
     @staticmethod
     def _open_and_claim_at_once(conn: Connection, now: datetime, batch: list[Item]) -> None:
@@ -182,7 +184,7 @@ class GroupCommit(Batcher):
         for write in writes:
             result = done.get(write.kwargs["job"]["job_id"])
             if result is not None:
-                write.result = result
+                write.result, write.done = result, True
 
     @staticmethod
     def _finish_at_once(conn: Connection, now: datetime, batch: list[Item]) -> None:
@@ -204,11 +206,11 @@ class GroupCommit(Batcher):
         for write in writes:
             result = done.get(write.kwargs["job_id"])
             if result is not None:
-                write.result = result
+                write.result, write.done = result, True
 
     def _one_by_one(self, batch: list[Item]) -> None:
         for write in batch:
-            write.result, write.error = None, None
+            write.result, write.error, write.done = None, None, False
             try:
                 write.result = getattr(self.ledger, write.method)(**write.kwargs)
             except BaseException as error:
