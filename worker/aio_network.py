@@ -48,11 +48,6 @@ def _readable(sock: socket.socket | None) -> bool:
     return bool(poller.poll(0))
 
 
-def _deadline(timeout: float | None) -> asyncio.Timeout:
-    # asyncio.timeout(None) waits forever, as httpcore's timeout=None asks.
-    return asyncio.timeout(timeout)
-
-
 class AsyncioStream(httpcore.AsyncNetworkStream):
     """One connection's reader and writer."""
 
@@ -62,7 +57,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         with _mapped(httpcore.ReadTimeout, httpcore.ReadError):
-            async with _deadline(timeout):
+            async with asyncio.timeout(timeout):
                 return await self._reader.read(max_bytes)
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
@@ -72,7 +67,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
             if self._writer.is_closing():
                 raise ConnectionResetError("the connection is closed")
             self._writer.write(buffer)
-            async with _deadline(timeout):
+            async with asyncio.timeout(timeout):
                 await self._writer.drain()
 
     async def aclose(self) -> None:
@@ -91,7 +86,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
     ) -> httpcore.AsyncNetworkStream:
         with _mapped(httpcore.ConnectTimeout, httpcore.ConnectError):
             try:
-                async with _deadline(timeout):
+                async with asyncio.timeout(timeout):
                     await self._writer.start_tls(ssl_context, server_hostname=server_hostname)
             except BaseException:
                 await self.aclose()
@@ -128,7 +123,7 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         with _mapped(httpcore.ConnectTimeout, httpcore.ConnectError):
-            async with _deadline(timeout):
+            async with asyncio.timeout(timeout):
                 reader, writer = await asyncio.open_connection(
                     host,
                     port,
@@ -145,7 +140,7 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         with _mapped(httpcore.ConnectTimeout, httpcore.ConnectError):
-            async with _deadline(timeout):
+            async with asyncio.timeout(timeout):
                 reader, writer = await asyncio.open_unix_connection(path, limit=_READ_LIMIT)
         _apply(writer, socket_options)
         return AsyncioStream(reader, writer)

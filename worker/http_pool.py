@@ -158,7 +158,10 @@ class ShardedTransport(httpx.AsyncBaseTransport):
                 pool.waiting.remove(waiter)
             elif waiter.done() and not waiter.cancelled():
                 # Handed a connection, or a free slot, just as the wait ended: pass it on.
-                await self._hand_on(pool, waiter.result())
+                handed_late = waiter.result()
+                if handed_late is None:
+                    pool.open -= 1  # the slot counted for this request is free again
+                self._hand_on(pool, handed_late)
             if isinstance(stopped, TimeoutError):
                 raise httpx.PoolTimeout("no connection came free in the pool timeout") from None
             raise
@@ -169,14 +172,14 @@ class ShardedTransport(httpx.AsyncBaseTransport):
         self, pool: _OriginPool, connection: httpcore.AsyncHTTPConnection
     ) -> None:
         if connection.is_idle() and not connection.is_closed() and not self._closed:
-            await self._hand_on(pool, connection)
+            self._hand_on(pool, connection)
             return
         # Closed (the server said so, or the request failed) or not reusable: its slot
         # goes to the next waiter.
         await self._discard(pool, connection)
-        await self._hand_on(pool, None)
+        self._hand_on(pool, None)
 
-    async def _hand_on(
+    def _hand_on(
         self, pool: _OriginPool, connection: httpcore.AsyncHTTPConnection | None
     ) -> None:
         """A connection (or, for None, a free slot) to the first live waiter, or to the

@@ -10,13 +10,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpcore
 import httpx
 import pytest
 
 from shared.canonical import canonical_bytes
 from tests.faux.conftest import AUTH, system_one_body
 from worker.faux import FauxBehaviour, FauxServer
-from worker.http_pool import ShardedTransport, sharded_client
+from worker.http_pool import ShardedTransport, _OriginPool, sharded_client
 
 BODY = canonical_bytes(system_one_body())
 
@@ -260,3 +261,24 @@ def test_a_connection_the_server_closed_while_idle_is_never_sent_on() -> None:
 
     assert asyncio.run(scenario()) == ["ok", "ok", "ok"]
     assert len(connections) == 3
+
+
+def test_a_slot_handed_to_a_request_that_stopped_waiting_is_not_lost() -> None:
+    # A connection closes and its slot goes to the first waiter just as that waiter is
+    # cancelled (or its pool timeout ends): the slot must come free, not stay counted for
+    # a connection nobody opens, which with one connection would stall every request.
+    async def scenario() -> int:
+        transport = ShardedTransport(max_connections=1)
+        pool = _OriginPool(httpcore.Origin(b"http", b"127.0.0.1", 9))
+        pool.open = 1  # the one connection, in flight
+        waiting = asyncio.create_task(transport._acquire(pool, 10))
+        await asyncio.sleep(0)
+        assert len(pool.waiting) == 1
+        pool.open -= 1  # the in-flight connection closed: _give_back discarded it...
+        transport._hand_on(pool, None)  # ...and handed its slot to the waiter
+        waiting.cancel()  # which stops waiting in the same turn of the loop
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        return pool.open
+
+    assert asyncio.run(scenario()) == 0

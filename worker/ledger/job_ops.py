@@ -205,17 +205,21 @@ def store_terminal(
     now: datetime,
 ) -> JobRow | None:
     """Store the terminal message unless one is stored; the finished row, or None."""
-    row = conn.execute(
-        _STORE_TERMINAL,
-        {
-            "k_job": job_id,
-            "v_type": message_type,
-            "v_reason": reason,
-            "v_message": message_json,
-            "v_now": now,
-        },
-    ).first()
+    params = _terminal_params(job_id, message_type, reason, message_json, now)
+    row = conn.execute(_STORE_TERMINAL, params).first()
     return None if row is None else job_row(row)
+
+
+def _terminal_params(
+    job_id: str, message_type: str, reason: str | None, message_json: str, now: datetime
+) -> dict[str, Any]:
+    return {
+        "k_job": job_id,
+        "v_type": message_type,
+        "v_reason": reason,
+        "v_message": message_json,
+        "v_now": now,
+    }
 
 
 def finish_job(
@@ -275,13 +279,7 @@ def finish_many(
         raise LedgerError("a call to record was not claimed any more")
     if to_finish:
         params = [
-            {
-                "k_job": w["job_id"],
-                "v_type": w["message_type"],
-                "v_reason": w["reason"],
-                "v_message": w["message_json"],
-                "v_now": now,
-            }
+            _terminal_params(w["job_id"], w["message_type"], w["reason"], w["message_json"], now)
             for w, _ in to_finish
         ]
         if conn.execute(_STORE_TERMINAL_ONLY, params).rowcount != len(params):
