@@ -3,6 +3,9 @@
 - ``direct``: the same decisions straight to the faux server with httpx at the pipeline's
   concurrency, no queue, no ledger: the ceiling of that concurrency.
 - ``celery-noop``: a no-op task, one a message, on the same broker and worker settings.
+- ``open loop``: single-job messages (one ``Client.submit`` a job) offered at a fixed rate for
+  a fixed time through a default ``decisions worker`` (the loop pool), and ``direct`` at the
+  same rate and in-flight limit (``bench.openloop``), at 200 ms and 1 s; ``--long`` for more.
 - ``pipeline``: submit to terminal message through a real ``decisions worker`` process, with
   the SQLite and with the PostgreSQL ledger.
 

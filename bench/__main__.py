@@ -24,6 +24,14 @@ import sqlalchemy as sa
 from bench.config import RESULTS_DIR, BenchConfig
 from bench.direct import run_direct
 from bench.noop import run_noop
+from bench.openloop import (
+    OPEN_DIRECT,
+    OPEN_THREADS,
+    OPEN_WORKER,
+    direct_open_loop,
+    open_loop,
+    redis_calls,
+)
 from bench.pipeline import paced_run, saturated_run
 from bench.procs import BIN, DECISIONS, InFlight, Meter, faux_process, spawn_worker
 from bench.producer import run_producer
@@ -34,13 +42,13 @@ from shared.client import Client
 from shared.settings import Settings
 
 STAGES = (
-    "producer", "direct", "noop", "pipeline-sqlite", "pipeline-postgresql", "rss",
+    "producer", "direct", "noop", "open-loop", "pipeline-sqlite", "pipeline-postgresql", "rss",
     "fleet-postgresql",
 )
 
 
 def _redis_url(config: BenchConfig) -> str:
-    return f"redis://127.0.0.1:6379/{config.redis_db}"
+    return f"redis://127.0.0.1:{config.redis_port}/{config.redis_db}"
 
 
 def _worker_env(config: BenchConfig, ledger_url: str, faux_url: str) -> dict[str, str]:
@@ -52,6 +60,8 @@ def _worker_env(config: BenchConfig, ledger_url: str, faux_url: str) -> dict[str
             "DECISIONS_LEDGER_URL": ledger_url,
             "DECISIONS_FAUX_URL": faux_url,
             "DECISIONS_REAPER_INTERVAL_S": "0",
+            # The bench's Redis keeps nothing on disk; its replies are thrown away anyway.
+            "DECISIONS_ACCEPT_VOLATILE_STREAMS": "1",
             "PYTHONUNBUFFERED": "1",
         }
     )
@@ -189,13 +199,70 @@ def _fleet_stage(bench: _Bench, ledger_url: str) -> None:
             print(f"  {tag}: {run.rate:,.0f}/s  types={run.types}", flush=True)
 
 
+def _open_loop_stage(bench: _Bench, ledger_url: str, *, profile: bool) -> None:
+    """Single-job messages at fixed rates: ``direct``, the default ``decisions worker`` (the
+    loop pool, no pool arguments), and with ``--long`` a thread pool, in that order."""
+    config, faux_url, client, r = bench.config, bench.faux_url, bench.client, bench.r
+    env = _worker_env(config, ledger_url, faux_url)
+    workers: list[tuple[str, list[str]]] = [(OPEN_WORKER, [])]
+    if config.open_loop_threads:
+        workers.append(
+            (OPEN_THREADS, ["--pool=threads", f"--concurrency={config.open_loop_threads}"])
+        )
+    for latency in config.open_loop_latencies_ms:
+        _set_latency(faux_url, latency)
+        for rate in config.open_loop_rates:
+            tag = f"{latency:g}ms-{rate:g}"
+            run = direct_open_loop(
+                faux_url, f"od-{tag}", rate=rate, duration_s=config.open_loop_s,
+                latency_ms=latency, in_flight=config.open_loop_in_flight,
+            )
+            bench.results.open_loop(OPEN_DIRECT, run)
+            print(f"  direct {tag}: {run.sustained_rate:,.1f}/s", flush=True)
+    for name, extra in workers:
+        argv = [DECISIONS, "worker", "--migrate", "--without-mingle", "--without-gossip", *extra]
+        log = bench.logs / f"worker-open-loop-{len(extra)}.log"
+        with spawn_worker(argv, env, log) as worker:
+            for latency in config.open_loop_latencies_ms:
+                _set_latency(faux_url, latency)
+                for rate in config.open_loop_rates:
+                    tag = f"{latency:g}ms-{rate:g}-{len(extra)}"
+                    raw = RESULTS_DIR / f"profile-open-{tag}.txt"
+                    calls_before = redis_calls(r)
+                    with Meter(worker.pid) as meter, _profiled(worker.pid, raw, 600.0, profile):
+                        run = open_loop(
+                            client, r, f"ow-{tag}", rate=rate, duration_s=config.open_loop_s,
+                            latency_ms=latency,
+                        )
+                    bench.results.open_loop(name, run, meter.usage.cpu_s)
+                    calls = redis_calls(r)
+                    per_job = {
+                        k: round((v - calls_before.get(k, 0)) / run.offered, 2)
+                        for k, v in calls.items()
+                        if v - calls_before.get(k, 0) >= run.offered / 10
+                    }
+                    print(f"  Redis calls a job (all clients): {sum(per_job.values()):.1f} "
+                          f"{dict(sorted(per_job.items(), key=lambda kv: -kv[1]))}", flush=True)
+                    if profile and raw.exists():
+                        bench.results.profiles[f"open-{tag}"] = summarise(raw)
+                    print(
+                        f"  {name} {tag}: offered {run.offered_rate:,.1f}/s, sustained "
+                        f"{run.sustained_rate:,.1f}/s, added p50 {run.added(0.5):,.0f} ms",
+                        flush=True,
+                    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="a tenth of the work (a smoke run)")
     parser.add_argument("--only", nargs="*", choices=STAGES, help="run these stages only")
     parser.add_argument("--profile", action="store_true", help="py-spy the worker (raw stacks)")
+    parser.add_argument(
+        "--long", action="store_true", help="the open loop at 3 rates for 30 s, and threads"
+    )
     args = parser.parse_args(argv)
     config = BenchConfig().quick() if args.quick else BenchConfig()
+    config = config.long() if args.long else config
     stages = set(args.only or STAGES)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     results = Results(config)
@@ -239,6 +306,10 @@ def main(argv: list[str] | None = None) -> int:
                             run_noop(client.celery, r, config.noop_tasks, warmup=config.warmup)
                         )
                 bench = _Bench(config, faux_url, client, r, logs, results)
+                if "open-loop" in stages:
+                    print("open loop, single-job messages, PostgreSQL ledger ...", flush=True)
+                    with _pg_schema(config) as pg_url:
+                        _open_loop_stage(bench, pg_url, profile=args.profile)
                 if "pipeline-sqlite" in stages:
                     print("pipeline, SQLite ledger ...", flush=True)
                     sqlite_url = f"sqlite:///{data / 'ledger.db'}"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 __all__ = ["BenchConfig"]
@@ -12,6 +13,8 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 @dataclass(frozen=True)
 class BenchConfig:
+    #: ``BENCH_REDIS_PORT``: a Redis of one's own (a shared machine's 6379 may be in use).
+    redis_port: int = field(default_factory=lambda: int(os.environ.get("BENCH_REDIS_PORT", "6379")))
     redis_db: int = 15
     pg_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
     #: Decisions per throughput measurement (after a warm-up).
@@ -41,10 +44,28 @@ class BenchConfig:
     #: The fleet stage: this many worker processes (one a core here) on one PostgreSQL.
     fleet_workers: int = 2
 
+    #: The open-loop stage: single-job messages at these rates (a second) for this long,
+    #: at these faux latencies, through a default ``decisions worker`` (the loop pool) on
+    #: PostgreSQL, and ``direct`` at the same rates with the same in-flight limit.
+    open_loop_rates: tuple[float, ...] = (100.0,)
+    open_loop_s: float = 10.0
+    open_loop_latencies_ms: tuple[float, ...] = (200.0, 1000.0)
+    #: DECISIONS_MAX_IN_FLIGHT's default: ``direct``'s limit in the open loop.
+    open_loop_in_flight: int = 256
+    #: With ``--long``: the same through ``--pool threads`` of this many threads (the pool
+    #: the loop pool replaced), for comparison.
+    open_loop_threads: int = 0
+
     @property
     def in_flight(self) -> int:
         """Decisions the worker process can hold in flight at once."""
         return self.chunk_size * self.pool_threads
+
+    def long(self) -> BenchConfig:
+        """``--long``: the open loop at three rates, for longer, and against a thread pool."""
+        return replace(
+            self, open_loop_rates=(100.0, 200.0, 300.0), open_loop_s=30.0, open_loop_threads=200
+        )
 
     def quick(self) -> BenchConfig:
         """A smoke run: the same scenarios, a tenth of the work."""
@@ -57,4 +78,5 @@ class BenchConfig:
             latency_run_s=1.5,
             rss_in_flight=self.rss_in_flight,
             rss_latency_ms=self.rss_latency_ms,
+            open_loop_s=3.0,
         )

@@ -1,7 +1,8 @@
 """``direct``: the same decisions straight to the faux with httpx, no queue, no ledger.
 
 The bodies are the exact bytes the worker's faux provider prepares for those jobs; they go
-through the worker's own HTTP client (``worker.http_pool``) at the pipeline's concurrency.
+through the worker's own HTTP client (``worker.http.connection_pool``) at the pipeline's
+concurrency.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from shared.jobs import DecideJob, parse_job
+from shared.job_parsing import parse_job
+from shared.jobs import DecideJob
 from shared.settings import Settings
-from worker.http_pool import sharded_client
+from worker.http.connection_pool import sharded_client
 from worker.providers import DecisionRequest, ProviderRegistry
 
 __all__ = ["DirectRun", "prepared_requests", "run_direct"]

@@ -16,9 +16,10 @@ from typing import Any
 import redis
 
 from bench.workload import decide_jobs
+from shared import keys
 from shared.client import Client
 
-__all__ = ["PipelineRun", "paced_run", "saturated_run"]
+__all__ = ["PipelineRun", "Replies", "paced_run", "saturated_run"]
 
 
 @dataclass
@@ -34,12 +35,12 @@ class PipelineRun:
         return self.decisions / self.elapsed_s
 
 
-class _Replies:
+class Replies:
     """Reads the reply stream on a thread: each job's terminal entry time (ms) and type."""
 
     def __init__(self, r: redis.Redis, stream: str, expected: int) -> None:
         self._r = r
-        self._stream = stream
+        self._stream = keys.reply_stream(stream)
         self._expected = expected
         self.at_ms: dict[str, float] = {}
         self.types: dict[str, int] = {}
@@ -79,7 +80,7 @@ def _run(
     submit: Callable[[Callable[[list[str]], None]], None],
     timeout_s: float,
 ) -> PipelineRun:
-    replies = _Replies(r, stream, len(jobs))
+    replies = Replies(r, stream, len(jobs))
     submitted_at: dict[str, float] = {}
 
     def stamp(ids: list[str]) -> None:

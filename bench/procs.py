@@ -18,6 +18,8 @@ from typing import Any
 import httpx
 import psutil
 
+from shared import keys
+
 __all__ = [
     "InFlight",
     "Meter",
@@ -178,7 +180,7 @@ class InFlight:
     def __init__(self, faux_url: str, r: Any, stream: str, interval_s: float = 0.2) -> None:
         self._url = f"{faux_url}/_faux/calls"
         self._r = r
-        self._stream = stream
+        self._stream = keys.reply_stream(stream)
         self._interval = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)

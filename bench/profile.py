@@ -18,12 +18,12 @@ COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ledger (SQLAlchemy, drivers, group commit)",
      ("sqlalchemy/", "psycopg", "sqlite3", "worker/ledger/")),
     ("HTTP client (httpx, httpcore, h11, anyio)", ("httpx/", "httpcore/", "h11/", "anyio/")),
-    ("reply streams (redis-py)", ("redis/", "shared/streams.py", "worker/sinks.py")),
+    ("reply streams (redis-py)", ("redis/", "shared/streams.py", "worker/delivery/sinks.py")),
     ("Celery and kombu (messages, pool)", ("celery/", "kombu/", "billiard/")),
-    ("logging (structlog, logging)", ("structlog/", "logging/", "worker/logs.py")),
+    ("logging (structlog, logging)", ("structlog/", "logging/", "worker/process/logs.py")),
     ("pydantic and JSON", ("pydantic", "json/", "shared/jobs.py", "shared/replies.py")),
     ("providers and runner (decoding, receipts, verdicts)",
-     ("worker/runner.py", "worker/providers/", "worker/verdicts.py", "shared/")),
+     ("worker/kinds/dispatch.py", "worker/providers/", "shared/verdicts.py", "shared/")),
     ("asyncio event loop and threads", ("asyncio/", "threading.py", "concurrent/", "selectors")),
 )
 

@@ -13,6 +13,7 @@ from rich.table import Table
 from bench.config import BenchConfig
 from bench.direct import DirectRun
 from bench.noop import NoopRun
+from bench.openloop import OPEN_DIRECT, OPEN_WORKER, OpenLoopRun
 from bench.pipeline import PipelineRun
 from bench.procs import TreeUsage
 from bench.producer import ProducerRun
@@ -73,6 +74,17 @@ class Results:
             )
         )
 
+    def open_loop(self, scenario: str, run: OpenLoopRun, cpu_s: float | None = None) -> None:
+        """One open-loop run: ``rate`` is the sustained rate, ``paced_rate`` the offered."""
+        cpu = run.cpu_s if cpu_s is None else cpu_s
+        self.rows.append(
+            Row(
+                scenario, run.latency_ms, "postgresql" if scenario != OPEN_DIRECT else None,
+                run.sustained_rate, run.offered, run.added(0.5), run.added(0.99),
+                cpu * 1000 / run.offered, paced_rate=run.offered_rate, types=run.types,
+            )
+        )
+
     def noop(self, run: NoopRun) -> None:
         self.noop_rate = run.rate
 
@@ -129,6 +141,14 @@ class Results:
                 return row.rate
         return None
 
+    def open_direct(self, row: Row) -> Row | None:
+        for other in self.rows:
+            offered, peer = row.paced_rate or 0.0, other.paced_rate or 0.0
+            same = (other.scenario, other.latency_ms) == (OPEN_DIRECT, row.latency_ms)
+            if same and abs(peer - offered) < 0.2 * max(offered, 1.0):
+                return other
+        return None
+
     def targets(self) -> list[dict[str, Any]]:
         """Each of the issue's targets: the figure it is judged on and whether it is met."""
         out: list[dict[str, Any]] = []
@@ -151,6 +171,18 @@ class Results:
             add(f"{where}: added p50 ms at half rate", row.added_p50_ms, 10, at_most=True)
             add(f"{where}: added p99 ms at half rate", row.added_p99_ms, 50, at_most=True)
             add(f"{where}: worker CPU ms/decision", row.cpu_ms_per_decision, 1.0, at_most=True)
+        for row in self.rows:
+            if row.scenario != OPEN_WORKER or row.latency_ms != 1000:
+                continue
+            where = f"open loop {row.paced_rate or 0:,.0f}/s offered, 1 s"
+            peer = self.open_direct(row)
+            if peer is not None:
+                add(f"{where}: sustained / direct", row.rate / peer.rate, 0.9)
+                if row.cpu_ms_per_decision and peer.cpu_ms_per_decision:
+                    ratio = row.cpu_ms_per_decision / peer.cpu_ms_per_decision
+                    add(f"{where}: worker CPU / direct's", ratio, 1.5, at_most=True)
+            add(f"{where}: added p50 ms", row.added_p50_ms, 20, at_most=True)
+            add(f"{where}: added p99 ms", row.added_p99_ms, 100, at_most=True)
         for rss in self.rss_runs:
             add(
                 f"{rss['ledger']}: worker RSS MB, {rss['peak_in_flight']} in flight",
@@ -209,9 +241,13 @@ def print_report(results: Results) -> None:
                       "", "", "", "")
     for row in results.rows:
         direct = results.direct_rate(row.latency_ms)
+        if row.scenario.startswith("open loop"):
+            peer = results.open_direct(row)
+            direct = peer.rate if peer is not None else None
         noop = results.noop_rate
         table.add_row(
-            row.scenario,
+            row.scenario
+            + (f" @{row.paced_rate:,.0f}/s" if row.scenario.startswith("open") else ""),
             f"{row.latency_ms:g} ms",
             row.ledger or "-",
             _f(row.rate, "{:,.0f}"),

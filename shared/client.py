@@ -8,13 +8,18 @@
 Invalid jobs are never put on the queue: their ``rejected`` message, naming each bad field,
 goes straight to the reply stream, and the rest of the batch goes on.
 
+With a Redis broker each job's intake is recorded before its message is published
+(``shared.intake``): a message the broker loses is republished by the workers' reaper, and
+no producer has to resubmit anything.
+
     estimate = client.estimate(jobs, reply_to="claims-replies")   # a dry run: nothing sent
     estimate.total.requests, estimate.total.by_provider["parallel"].cost_usd
 """
 
 from __future__ import annotations
 
-import json
+import functools
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -22,27 +27,25 @@ from typing import Any
 
 import redis
 from celery import Celery
-from kombu.utils import json as kombu_json
-from pydantic import AwareDatetime, TypeAdapter
 
-from shared import keys
+from shared import keys, tracing
+from shared.celery_producer import producer_app
 from shared.chunk_publisher import ChunkPublisher, EncodedJobs, SplicingProducer
 from shared.errors import FieldProblem, JobInvalid
-from shared.estimate import (
-    ESTIMATE_TTL_S,
-    Estimate,
-    EstimateReport,
-    Price,
-    default_prices,
-    plan_pack,
-    planned_requests,
-)
-from shared.jobs import JOB_TYPES, DecideJob, Job, parse_job
+from shared.estimate import ESTIMATE_TTL_S, Estimate, EstimateReport, estimate_report
+from shared.images import ref_problems
+from shared.intake import IntakeBook, intake_member, records_intake
+from shared.job_parsing import job_deadline, parse_job
+from shared.job_wire import stamp_job, wire_text
+from shared.jobs import JOB_TYPES, DecideJob, Job
+from shared.limits import Limits
 from shared.packs import PackBuffer, pack_key
+from shared.prices import Price
 from shared.rejection import rejection_for
 from shared.replies import TERMINAL_TYPES, Reply, parse_reply
 from shared.settings import Settings, get_settings
 from shared.streams import RedisPublisher, ReplyPublisher, follow_stream, read_stream
+from shared.submit_rejections import record_submit_rejection
 
 __all__ = ["Client", "JobChecker", "SubmitReport"]
 
@@ -57,51 +60,18 @@ class SubmitReport:
     job_ids: list[str] = field(default_factory=list)
     rejected: dict[str, list[FieldProblem]] = field(default_factory=dict)
     messages: int = 0
+    #: The latest deadline of the jobs queued (None: none queued): by then plus the lease
+    #: margin each should have its terminal message, if a worker took it.
+    latest_deadline: datetime | None = None
 
     @property
     def all_ids(self) -> list[str]:
         return [*self.job_ids, *self.rejected]
 
 
-_STAMP = TypeAdapter(AwareDatetime)
-
-
-def _stamped(raw: dict[str, Any], reply_to: str | None, now: datetime) -> dict[str, Any]:
-    """``raw`` with its reply stream and submission time set, so that one validation sees
-    the final job (a ``model_copy`` after it costs as much as a tenth of the validation).
-
-    The time goes in as the text a dump of the job would hold, so that the dict stays JSON.
-    """
-    stamps: dict[str, Any] = {}
-    if reply_to is not None:
-        stamps["reply_to"] = reply_to
-    # A naive ``now`` is left to the copy after validation, which never checked it.
-    if raw.get("submitted_at") is None and now.utcoffset() is not None:
-        # The serializer itself: TypeAdapter.dump_python's checks cost twice the work.
-        stamps["submitted_at"] = _STAMP.serializer.to_python(now, mode="json")
-    return {**raw, **stamps} if stamps else raw
-
-
-# Plain JSON values only (no NaN, no default hook): anything else takes the dump's way.
-# No circular check (a tenth of the encoding): a cycle ends in RecursionError, caught below.
-_STRICT_JSON = json.JSONEncoder(allow_nan=False, check_circular=False)
-
-
-def _wire_text(job: Job, stamped: dict[str, Any] | None) -> str:
-    """The job's JSON as it goes in a message.
-
-    The dict it was validated from is sent as it is when it is plain JSON: the worker
-    re-parses every job (``parse_job``), and parsing that dict is what gave ``job``
-    (every model forbids extra fields, so nothing the model dropped can ride along). The
-    text is taken now, so that a caller changing its dicts later changes nothing sent.
-    Anything else (a datetime object, a set, a NaN...) is sent as the job's JSON dump.
-    """
-    if stamped is not None:
-        try:
-            return _STRICT_JSON.encode(stamped)
-        except (TypeError, ValueError, RecursionError):
-            pass
-    return kombu_json.dumps(job.model_dump(mode="json", exclude_none=True))
+#: The producer's trace: its service name and the span every submitted message continues.
+PRODUCER_SERVICE = "decision-producer"
+SUBMIT_SPAN = "decisions.submit"
 
 
 class Client:
@@ -113,12 +83,18 @@ class Client:
         redis_client: redis.Redis | None = None,
         celery_app: Celery | None = None,
         publisher: ReplyPublisher | None = None,
+        count_rejections: bool | None = None,
     ) -> None:
         self.settings = settings or get_settings()
+        # Lines rejected at submit are counted per batch in Redis (``shared.submit_rejections``)
+        # when replies go there; the embedded run's publisher is memory, its Redis absent.
+        self.count_rejections = publisher is None if count_rejections is None else count_rejections
         self.checker = checker
         self._redis = redis_client
         self._celery = celery_app
         self._publisher = publisher
+        self._limits: Limits | None = None
+        self._intake: IntakeBook | None = None
 
     # --- connections -----------------------------------------------------------------
     @property
@@ -130,23 +106,27 @@ class Client:
     @property
     def celery(self) -> Celery:
         if self._celery is None:
-            app = Celery(
-                "decisions-producer", broker=self.settings.broker_url, set_as_current=False
-            )
-            app.conf.update(
-                task_serializer="json",
-                accept_content=["json"],
-                broker_transport_options={"visibility_timeout": self.settings.visibility_timeout_s},
-                broker_connection_retry_on_startup=True,
-            )
-            self._celery = app
+            self._celery = producer_app(self.settings)
         return self._celery
+
+    @property
+    def limits(self) -> Limits:
+        if self._limits is None:
+            self._limits = Limits.from_settings(self.settings)
+        return self._limits
 
     @property
     def publisher(self) -> ReplyPublisher:
         if self._publisher is None:
             self._publisher = RedisPublisher(self.redis, ttl_s=self.settings.publish_marker_ttl_s)
         return self._publisher
+
+    @property
+    def intake(self) -> IntakeBook | None:
+        """Where each job's intake is recorded before publishing (None: not a Redis broker)."""
+        if self._intake is None and records_intake(self.settings.broker_url):
+            self._intake = IntakeBook(self.redis)
+        return self._intake
 
     def close(self) -> None:
         if self._redis is not None:
@@ -166,11 +146,14 @@ class Client:
         now = now or datetime.now(UTC)
         stamped: dict[str, Any] | None = None
         if isinstance(raw, JOB_TYPES):  # its dump is ours, plain JSON; reply_to is not applied
-            stamped = _stamped(raw.model_dump(mode="json", exclude_none=True), None, now)
+            stamped = stamp_job(raw.model_dump(mode="json", exclude_none=True), None, now)
         elif isinstance(raw, dict):
-            stamped = _stamped(raw, reply_to, now)
-        job = parse_job(raw if stamped is None else stamped)
+            stamped = stamp_job(raw, reply_to, now)
+        # The input limits and strict JSON first (shared.limits), as the worker's guard does.
+        job = parse_job(raw if stamped is None else stamped, self.limits)
         problems = self._deadline_problems(job, now)
+        # An image ref outside the allowlisted stores: the worker would refuse to fetch it.
+        problems += ref_problems(getattr(job, "images", None), self.settings.image_stores)
         if self.checker is not None:
             problems.extend(self.checker(job))
         if problems:
@@ -216,14 +199,36 @@ class Client:
         (``shared.packs``). Messages are published on a thread while the next chunk is
         validated (pipelined: ``shared.chunk_publisher``); ``on_progress`` is called from
         that thread, with each published chunk's size, in order.
-        """
-        size = chunk_size or self.settings.chunk_size
-        packs: PackBuffer[str] = PackBuffer(self.settings.pack_chunk_size)
-        report = SubmitReport()
-        chunk: list[str] = []  # each job's JSON text (``_wire_text``)
-        with ChunkPublisher(self.celery, self._send_chunk, on_sent=on_progress) as publisher:
 
-            def put(message: list[str]) -> None:
+        Traced (``shared.tracing``, when an endpoint is set): one ``decisions.submit`` span,
+        whose context every message carries in its headers to the worker.
+        """
+        tracing.configure(self.settings, service_name=PRODUCER_SERVICE)
+        with tracing.span(SUBMIT_SPAN, kind="producer", **{"messaging.system": "celery"}) as span:
+            report = self._submit_batch(
+                jobs, reply_to, chunk_size, on_progress, pack, tracing.inject({}) or None
+            )
+            tracing.annotate(span, **{"decisions.jobs": len(report.job_ids)})
+            return report
+
+    def _submit_batch(
+        self,
+        jobs: Iterable[Any],
+        reply_to: str | None,
+        chunk_size: int | None,
+        on_progress: Callable[[int], None] | None,
+        pack: bool,
+        headers: dict[str, str] | None,
+    ) -> SubmitReport:
+        size = chunk_size or self.settings.chunk_size
+        packs: PackBuffer[tuple[str, str]] = PackBuffer(self.settings.pack_chunk_size)
+        report = SubmitReport()
+        # Each job's intake member and JSON text (``wire_text``).
+        chunk: list[tuple[str, str]] = []
+        send = functools.partial(self._send_chunk, headers=headers)
+        with ChunkPublisher(self.celery, send, on_sent=on_progress) as publisher:
+
+            def put(message: list[tuple[str, str]]) -> None:
                 publisher.put(message)
                 report.messages += 1
 
@@ -238,8 +243,9 @@ class Client:
                 if packed is not job:
                     job = packed
                     stamped = None if stamped is None else {**stamped, "pack": True}
-                body = _wire_text(job, stamped)
+                body = (intake_member(job.reply_to, job.id), wire_text(job, stamped))
                 report.job_ids.append(job.id)
+                self._note_deadline(report, job)
                 key = pack_key(job, self.settings.default_provider)
                 if key is not None:
                     full = packs.add(key, body)
@@ -255,6 +261,15 @@ class Client:
             for message in packs.drain():
                 put(message)
         return report
+
+    def _note_deadline(self, report: SubmitReport, job: Job) -> None:
+        deadline = job_deadline(
+            job,
+            default_s=self.settings.default_timeout_s,
+            ceiling_s=self.settings.deadline_ceiling_s,
+        )
+        if report.latest_deadline is None or deadline > report.latest_deadline:
+            report.latest_deadline = deadline
 
     @staticmethod
     def _packed(job: Job, pack: bool) -> Job:
@@ -277,32 +292,12 @@ class Client:
         (``shared.estimate``), packed as ``submit_batch(pack=...)`` would pack them. Nothing
         is sent, queued or published; with ``store`` each named batch's estimate is kept in
         Redis for ``decisions ledger status --batch``."""
-        table = {**default_prices(self.settings), **(prices or {})}
-        report = EstimateReport()
-        packs: PackBuffer[DecideJob] = PackBuffer(self.settings.pack_chunk_size)
-
-        def add_pack(message: list[DecideJob]) -> None:
-            for group, planned in plan_pack(message, self.settings):
-                report.add_jobs([message[i] for i in group], [planned], table)
-
-        for line, raw in enumerate(jobs):
-            job_id: str | None = None
-            try:
-                job = self._packed(self.validate(raw, reply_to=reply_to), pack)
-                job_id = job.id
-                key = pack_key(job, self.settings.default_provider)
-                if key is not None and isinstance(job, DecideJob):
-                    full = packs.add(key, job)
-                    if full is not None:
-                        add_pack(full)
-                    continue
-                requests = planned_requests(job, self.settings)
-            except JobInvalid as exc:
-                report.rejected[exc.job_id or job_id or f"line-{line}"] = exc.problems
-                continue
-            report.add(job, requests, table)
-        for message in packs.drain():
-            add_pack(message)
+        report = estimate_report(
+            jobs,
+            lambda raw: self._packed(self.validate(raw, reply_to=reply_to), pack),
+            self.settings,
+            prices=prices,
+        )
         if store:
             for batch, estimate in report.batches.items():
                 self.redis.set(keys.batch_estimate(batch), estimate.to_json(), ex=ESTIMATE_TTL_S)
@@ -324,16 +319,28 @@ class Client:
         raw = self.redis.get(keys.batch_estimate(batch))
         return None if raw is None else Estimate.from_json(raw)
 
-    def _send_chunk(self, producer: Any, chunk: list[str]) -> None:
+    def _send_chunk(
+        self,
+        producer: Any,
+        chunk: list[tuple[str, str]],
+        *,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        # The task id is ours, so that the intake record names its message before it exists.
+        message_id = str(uuid.uuid4())
+        if self.intake is not None:
+            self.intake.record(chunk, message_id)
         self.celery.send_task(
             keys.RUN_JOBS_TASK,
-            kwargs={"jobs": EncodedJobs(chunk)},
+            kwargs={"jobs": EncodedJobs(body for _, body in chunk)},
             queue=keys.CELERY_QUEUE,
+            task_id=message_id,
             producer=SplicingProducer(producer),
             # Given, so Celery does not saferepr the whole chunk into every message (measured:
             # 6% of a producer's time), and no job's content reaches a worker's log line.
             argsrepr="()",
             kwargsrepr=f"{{'jobs': <{len(chunk)} jobs>}}",
+            headers=headers,  # the submit's trace context (``traceparent``), when traced
         )
 
     def _publish_rejection(self, raw: Any, exc: JobInvalid, reply_to: str | None) -> None:
@@ -348,6 +355,8 @@ class Client:
             escalation=False,
             marker=rejection.marker,
         )
+        if self.count_rejections:
+            record_submit_rejection(self.redis, rejection)
 
     # --- replies ---------------------------------------------------------------------
     def replies(

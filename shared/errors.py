@@ -5,12 +5,18 @@ Every exception this package raises on purpose derives from ``DecisionWorkerErro
     DecisionWorkerError
     ├── ConfigurationError          a setting, variable or registry entry is wrong; nothing runs
     ├── JobInvalid                  a job did not validate; ``problems`` names every bad field
+    ├── NotStrictJSON (ValueError)  a text is not strict JSON (shared.strict_json)
     ├── DecisionProviderError       a provider call failed; ``code`` is one of ProviderErrorCode
     ├── LedgerError                 the ledger cannot give its guarantee
     │   ├── SchemaBehind            the database schema is older than this code (run migrations)
     │   └── JobConflict             a job id came back with different content
     ├── ResolutionInvalid           a reviewer's answer does not fit the question or menu
     ├── EscalationNotFound          no open escalation has that id (or it is held by another)
+    │   └── AlreadyResolved         the job was resolved before: by whom, when
+    ├── PublishFailed               Redis refused a reply's publish; nothing was written
+    ├── HandlerOutputInvalid (TypeError) a handler or tool returned no JSON; names the type only
+    ├── ExitContained               a handler, tool or job raised SystemExit/KeyboardInterrupt
+                                    (or another BaseException); kept as that job's error
     ├── DecisionError (ValueError)  a menu pick never parsed; ``kind``, ``attempts``, ``reply_head``
     ├── PickError                   one model reply is not a usable pick (retried; shared.menus)
     └── MenuSpecInvalid (ValueError) a menu or schema encoding does not decode; ``path``
@@ -26,16 +32,22 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = [
+    "AlreadyResolved",
     "ConfigurationError",
     "DecisionError",
     "DecisionProviderError",
     "DecisionWorkerError",
     "EscalationNotFound",
+    "ExitContained",
     "FieldProblem",
+    "HandlerOutputInvalid",
     "JobConflict",
     "JobInvalid",
     "LedgerError",
+    "NotAdmitted",
+    "NotStrictJSON",
     "ProviderErrorCode",
+    "PublishFailed",
     "ResolutionInvalid",
     "SchemaBehind",
 ]
@@ -80,6 +92,11 @@ class JobInvalid(DecisionWorkerError):
         self.job_id = job_id
         listed = "; ".join(f"{p.field}: {p.message}" for p in problems) or "invalid job"
         super().__init__(f"job {job_id or '?'} is invalid: {listed}")
+
+
+class NotStrictJSON(DecisionWorkerError, ValueError):
+    """A line or message is not strict JSON (not UTF-8, a byte order mark, NaN, a duplicate
+    key...); the message says what and where."""
 
 
 class DecisionProviderError(DecisionWorkerError):
@@ -143,6 +160,49 @@ class ResolutionInvalid(DecisionWorkerError):
 
 class EscalationNotFound(DecisionWorkerError):
     """No open escalation with that id, or another reviewer holds it."""
+
+
+class AlreadyResolved(EscalationNotFound):
+    """The escalation's job was resolved before (at most one resolution a job)."""
+
+    def __init__(self, job_id: str, reviewer: str, resolved_at: str, entry_id: str) -> None:
+        self.job_id = job_id
+        self.reviewer = reviewer
+        self.resolved_at = resolved_at
+        self.entry_id = entry_id
+        super().__init__(
+            f"job {job_id} was already resolved by {reviewer} at {resolved_at} "
+            f"(escalation {entry_id}); this resolution was not published"
+        )
+
+
+class PublishFailed(DecisionWorkerError):
+    """Redis refused a terminal message's publish (a key that is not a stream, out of
+    memory): nothing was written, and the ledger must not be marked published."""
+
+
+class HandlerOutputInvalid(DecisionWorkerError, TypeError):
+    """A handler or tool returned a value with no JSON form. The message names its type and
+    never its repr, which may hold anything (a password, a key)."""
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+        super().__init__(f"returned a value of type {type_name}, which is not JSON")
+
+
+class ExitContained(DecisionWorkerError):
+    """Code run for a job (a menu handler, a tool, a job's coroutine) raised ``SystemExit``,
+    ``KeyboardInterrupt`` or another ``BaseException`` that would have stopped the worker's
+    loop; it is that job's error instead, and the worker goes on."""
+
+    def __init__(self, raised: BaseException, where: str) -> None:
+        self.raised_type = type(raised).__name__
+        super().__init__(f"{where} raised {self.raised_type}: {raised}")
+
+
+class NotAdmitted(DecisionWorkerError):
+    """A job a stopping worker never started (``worker.process.inflight``): nothing of it was done,
+    and its message, left unacknowledged, goes back to the broker."""
 
 
 class DecisionError(DecisionWorkerError, ValueError):

@@ -2,26 +2,45 @@
 
 Every new escalation is first delivered to the group's ``queue`` consumer (waiting for a
 reviewer). A reviewer claims one by moving it, atomically, from ``queue`` (or from a reviewer
-silent for longer than the idle time) to their own name; releasing moves it back; resolving
-publishes the checked answer as a ``resolution`` on the job's reply stream and acknowledges
-the entry, so it leaves the queue for good. Two reviewers never hold the same escalation.
+silent for longer than the idle time) to their own name; releasing moves it back. Resolving
+is one Lua call: unless the job's resolved record exists, and only while the reviewer still
+holds the entry, it appends the checked answer as a ``resolution`` to the job's reply stream,
+writes the resolved record (who, when by Redis's clock, which entry), appends the labels
+the answer makes of the machine's answers to the label stream (``shared.labels``: a worker
+stores them in the ledger, so a reviewer's process needs no ledger) and acknowledges the
+entry. An ``audit`` (a result sampled for review) publishes no resolution: the job's result
+went out already; its answer is a label and an audit log entry. Two reviewers never hold
+the same escalation, and a job is resolved at most once: a second resolve is refused naming
+who resolved it and when.
+
+An entry that does not parse (a field a newer version adds, a damaged message) is skipped
+and reported (``on_skip``, by default a warning log line naming the entry), never an
+error for every reviewer.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import redis
+from pydantic import ValidationError
 
-from shared import keys
-from shared.errors import EscalationNotFound
+from shared import audit, keys
+from shared.errors import AlreadyResolved, EscalationNotFound, PublishFailed
+from shared.labels import AUDIT_REASON, encode, labels_of
 from shared.replies import EscalationMessage, ResolutionMessage, parse_reply
 from shared.resolutions import MenuAnswerChecker, check_resolution
-from shared.streams import publish_once
 
-__all__ = ["QUEUE_CONSUMER", "EscalationQueue", "OpenEscalation"]
+__all__ = ["QUEUE_CONSUMER", "EscalationQueue", "OpenEscalation", "SkipReporter"]
+
+log = logging.getLogger(__name__)
+
+#: Told of each escalation entry a reader skipped: its id and why.
+SkipReporter = Callable[[str, str], None]
 
 #: The group's consumer that holds every escalation no reviewer holds.
 QUEUE_CONSUMER = "queue"
@@ -44,6 +63,46 @@ if not item then return -1 end
 if item[2] ~= ARGV[4] then return 0 end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[3], '0', ARGV[2])
 return 1
+"""
+
+# KEYS: 1 escalation stream, 2 the job's resolved record, 3 the job's reply stream,
+#       4 the label stream.
+# ARGV: 1 group, 2 entry id, 3 reviewer, 4 job id, 5 the resolution message ('' only checks),
+#       6 the labels' JSON ('' none), 7 '1' to publish the resolution on the reply stream
+#       ('0' for an audit: the job's result went out already).
+# Answers {1, reply entry id}; {2} may resolve (only checked); {0, reviewer, ms, entry}
+# resolved before; {-1} not open; {-2, holder} held by another.
+_RESOLVE = """
+local before = redis.call('HMGET', KEYS[2], 'reviewer', 'resolved_at_ms', 'entry_id')
+if before[1] then
+  redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+  return {0, before[1], before[2], before[3]}
+end
+local item = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], '1')[1]
+if not item then return {-1} end
+if item[2] ~= ARGV[3] then return {-2, item[2]} end
+if ARGV[5] == '' then return {2} end
+for _, key in ipairs({KEYS[3], KEYS[4]}) do
+  local kind = redis.call('TYPE', key)['ok']
+  if kind ~= 'stream' and kind ~= 'none' then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not a stream')
+  end
+end
+local now = redis.call('TIME')
+local ms = tostring(tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
+local id = ''
+if ARGV[7] == '1' then
+  id = redis.call('XADD', KEYS[3], '*', 'job_id', ARGV[4], 'type', 'resolution',
+                  'message', ARGV[5])
+end
+if ARGV[6] ~= '' then
+  redis.call('XADD', KEYS[4], '*', 'job_id', ARGV[4], 'entry_id', ARGV[2],
+             'resolved_at_ms', ms, 'labels', ARGV[6])
+end
+redis.call('HSET', KEYS[2], 'reviewer', ARGV[3], 'resolved_at_ms', ms, 'entry_id', ARGV[2],
+           'reply_entry_id', id)
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+return {1, id}
 """
 
 
@@ -72,15 +131,20 @@ class EscalationQueue:
         claim_idle_s: float = 900.0,
         marker_ttl_s: int = 7 * 24 * 3600,
         menu_checker: MenuAnswerChecker | None = None,
+        on_skip: SkipReporter | None = None,
+        label_stream: str = keys.LABEL_STREAM,
     ) -> None:
         self.redis = client
         self.stream = stream
+        self.label_stream = label_stream
         self.group = group
         self.claim_idle_ms = int(claim_idle_s * 1000)
         self.marker_ttl_s = marker_ttl_s
         self.menu_checker = menu_checker
+        self.on_skip: SkipReporter = on_skip or _log_skip
         self._take = client.register_script(_TAKE)
         self._give_back = client.register_script(_GIVE_BACK)
+        self._resolve = client.register_script(_RESOLVE)
 
     # --- reading -----------------------------------------------------------------------
     def _sync(self) -> None:
@@ -110,7 +174,7 @@ class EscalationQueue:
         found = []
         for item, rows in zip(pending, bodies, strict=True):
             entry_id = _text(item["message_id"])
-            entry = _decode(rows)
+            entry = self._decode(entry_id, rows)
             if entry is None:
                 continue
             message, reply_to = entry
@@ -126,7 +190,21 @@ class EscalationQueue:
                     idle_s=int(item["time_since_delivered"]) / 1000,
                 )
             )
-        return found
+        return self._without_resolved(found)
+
+    def _without_resolved(self, found: list[OpenEscalation]) -> list[OpenEscalation]:
+        """``found`` less the entries of jobs resolved already (a second entry of one job,
+        as the escalation stream could hold before it took one a job): those are closed."""
+        if not found:
+            return found
+        pipe = self.redis.pipeline(transaction=False)
+        for item in found:
+            pipe.exists(keys.resolved_record(item.message.job_id))
+        resolved: list[Any] = pipe.execute()
+        closed = [item.entry_id for item, done in zip(found, resolved, strict=True) if done]
+        if closed:
+            self.redis.xack(self.stream, self.group, *closed)
+        return [item for item, done in zip(found, resolved, strict=True) if not done]
 
     def get(self, entry_id: str) -> OpenEscalation:
         for item in self.open():
@@ -149,6 +227,7 @@ class EscalationQueue:
                 args=[reviewer, self.claim_idle_ms, self.group, item.entry_id, QUEUE_CONSUMER],
             )
             if taken == 1:
+                audit.record(self.redis, "claim", reviewer, item.entry_id, item.message)
                 return OpenEscalation(item.entry_id, item.message, item.reply_to, reviewer, 0.0)
         return None
 
@@ -165,6 +244,7 @@ class EscalationQueue:
         )
         if taken != 1:
             raise EscalationNotFound(f"{entry_id} is held by {item.holder or 'another reviewer'}")
+        audit.record(self.redis, "claim", reviewer, entry_id, item.message)
         return OpenEscalation(entry_id, item.message, item.reply_to, reviewer, 0.0)
 
     def release(self, entry_id: str, reviewer: str) -> None:
@@ -174,35 +254,134 @@ class EscalationQueue:
         )
         if done != 1:
             raise EscalationNotFound(f"{reviewer} holds no open escalation {entry_id}")
+        rows: Any = self.redis.xrange(self.stream, min=entry_id, max=entry_id)
+        entry = self._decode(entry_id, rows)
+        if entry is not None:
+            audit.record(self.redis, "release", reviewer, entry_id, entry[0])
 
     def resolve(self, entry_id: str, reviewer: str, answer: Any) -> ResolutionMessage:
-        """Check ``answer``, publish it as the job's resolution, close the escalation."""
-        item = self.get(entry_id)
-        if item.holder != reviewer:
-            holder = item.holder or "nobody"
-            raise EscalationNotFound(
-                f"{entry_id} is held by {holder}, not {reviewer}: claim it first"
-            )
-        resolved = check_resolution(item.message, answer, menu_checker=self.menu_checker)
+        """Check ``answer``, publish it as the job's resolution and close the escalation, in
+        one step; ``AlreadyResolved`` (naming who and when) if the job was resolved before,
+        ``EscalationNotFound`` if the entry is closed or ``reviewer`` does not hold it."""
+        try:
+            rows: Any = self.redis.xrange(self.stream, min=entry_id, max=entry_id)
+        except redis.ResponseError:  # not an entry id at all
+            rows = None
+        entry = self._decode(entry_id, rows)
+        if entry is None:
+            raise EscalationNotFound(f"no escalation {entry_id} that can be answered")
+        message, reply_to = entry
+        # Who holds it, and whether the job was resolved, before the answer is checked (a
+        # big answer's check takes a while); the resolving call checks both again.
+        self._resolve_step(entry_id, reviewer, message.job_id, reply_to, "", "")
+        resolved = check_resolution(message, answer, menu_checker=self.menu_checker)
+        labels = labels_of(message, resolved, reviewer)
         resolution = ResolutionMessage(
-            job_id=item.message.job_id,
-            batch=item.message.batch,
-            metadata=item.message.metadata,
-            reason=item.message.reason,
+            job_id=message.job_id,
+            batch=message.batch,
+            metadata=message.metadata,
+            reason=message.reason,
             answer=resolved,
             reviewer=reviewer,
         )
-        publish_once(
-            self.redis,
-            stream=item.reply_to,
-            job_id=item.message.job_id,
-            message_type="resolution",
-            message_json=resolution.to_json(),
-            marker=f"resolution:{item.message.job_id}",
-            ttl_s=self.marker_ttl_s,
+        self._resolve_step(
+            entry_id,
+            reviewer,
+            message.job_id,
+            reply_to,
+            resolution.to_json(),
+            encode(labels) if labels else "",
+            publish=message.reason != AUDIT_REASON,
         )
-        self.redis.xack(self.stream, self.group, entry_id)
+        audit.record(self.redis, "resolve", reviewer, entry_id, message, resolved)
         return resolution
+
+    def _resolve_step(
+        self,
+        entry_id: str,
+        reviewer: str,
+        job_id: str,
+        reply_to: str,
+        message_json: str,
+        labels_json: str,
+        *,
+        publish: bool = True,
+    ) -> None:
+        """The resolving Lua call (only its checks when ``message_json`` is empty); raises
+        what a refusal means."""
+        try:
+            outcome: Any = self._resolve(
+                keys=[
+                    self.stream,
+                    keys.resolved_record(job_id),
+                    keys.reply_stream(reply_to),
+                    self.label_stream,
+                ],
+                args=[
+                    self.group,
+                    entry_id,
+                    reviewer,
+                    job_id,
+                    message_json,
+                    labels_json,
+                    "1" if publish else "0",
+                ],
+            )
+        except redis.ResponseError as exc:
+            raise PublishFailed(
+                f"the resolution of {entry_id} could not be published to reply stream "
+                f"{reply_to!r} ({exc}); nothing was written, the escalation stays open"
+            ) from None
+        status = int(outcome[0])
+        if status == 0:
+            by, at_ms, first = (_text(v) for v in outcome[1:4])
+            when = datetime.fromtimestamp(int(at_ms) / 1000, UTC).isoformat(timespec="seconds")
+            raise AlreadyResolved(job_id, by, when, first)
+        if status == -1:
+            raise EscalationNotFound(f"{entry_id} is not open (resolved, or never escalated)")
+        if status == -2:
+            holder = _text(outcome[1])
+            holder = "nobody" if holder == QUEUE_CONSUMER else holder
+            raise EscalationNotFound(
+                f"{entry_id} is held by {holder}, not {reviewer}: claim it first"
+            )
+
+    def resolution_of(self, job_id: str) -> dict[str, str] | None:
+        """Who resolved ``job_id``, when (ms, Redis time) and from which entry; None: nobody."""
+        record: Any = self.redis.hgetall(keys.resolved_record(job_id))
+        return {_text(k): _text(v) for k, v in record.items()} or None
+
+    def _decode(self, entry_id: str, rows: Any) -> tuple[EscalationMessage, str] | None:
+        """An escalation entry's message and reply stream name; None (reported) if it has
+        none that a reviewer could answer."""
+        if not rows:
+            return None
+        fields = {_text(k): _text(v) for k, v in rows[0][1].items()}
+        try:
+            message = parse_reply(fields["message"])
+        except KeyError:
+            self.on_skip(entry_id, "it has no message field")
+            return None
+        except ValidationError as exc:
+            problem = exc.errors(include_url=False)[0]
+            where = ".".join(str(p) for p in problem["loc"]) or "(message)"
+            self.on_skip(entry_id, f"its message does not parse: {where}: {problem['msg']}")
+            return None
+        except ValueError:
+            self.on_skip(entry_id, "its message is not JSON")
+            return None
+        if not isinstance(message, EscalationMessage):
+            self.on_skip(entry_id, f"it holds a {message.type}, not an escalation")
+            return None
+        reply_to = fields.get("reply_to") or message.reply_to or ""
+        if not keys.is_reply_name(reply_to):
+            self.on_skip(entry_id, f"its reply_to {reply_to[:80]!r} is not a stream name")
+            return None
+        return message, reply_to
+
+
+def _log_skip(entry_id: str, why: str) -> None:
+    log.warning("skipped escalation entry %s: %s", entry_id, why)
 
 
 def _check_reviewer(reviewer: str) -> None:
@@ -210,16 +389,5 @@ def _check_reviewer(reviewer: str) -> None:
         raise ValueError(f"reviewer name {reviewer!r} is reserved or empty")
 
 
-def _decode(rows: Any) -> tuple[EscalationMessage, str] | None:
-    """An escalation stream entry's message and the reply stream it came from."""
-    if not rows:
-        return None
-    fields = {_text(k): _text(v) for k, v in rows[0][1].items()}
-    message = parse_reply(fields["message"])
-    if not isinstance(message, EscalationMessage):
-        return None
-    return message, fields.get("reply_to") or message.reply_to or ""
-
-
 def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)

@@ -6,7 +6,7 @@ job is as many requests as its items pack into (``shared.judgments.pack``, the w
 packing); a route job is one. Menu jobs talk to LLM runtimes whose turns depend on the
 model's replies, so they are counted, not priced (``menu_jobs``).
 
-Prices, per provider (``default_prices``; override or add with ``prices``):
+Prices, per provider (``shared.prices.default_prices``; override or add with ``prices``):
 
 - ``parallel``: its list price per request (``settings.parallel_list_price_usd``): exact, as
   it is what the worker books.
@@ -24,21 +24,29 @@ its tokens are those of the packed body, and each job counts as one job.
 
 The estimate is an upper bound on requests: a verified decision that escalates is not
 verified, so it sends fewer.
+
+Budgets: each request's worst case is what the worker reserves before sending it (a body's
+bytes at the provider's maximum price per million tokens, ``settings.max_price_per_mtok_usd``,
+else its own price; Parallel's list price), summed as ``worst_usd``; ``budget_fit`` says
+whether the jobs' ``budget_usd`` holds the batch: ``fits`` (even at the worst case),
+``tight`` (at the estimate, not at the worst case: requests in flight at once may be
+refused), ``over`` (the estimate passes it: part of the batch will escalate
+``budget_exhausted``) or ``no_maximum`` (a provider with no known maximum cannot run under a
+budget).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final, Literal
 
 from shared.canonical import canonical_bytes
-from shared.errors import FieldProblem
+from shared.errors import FieldProblem, JobInvalid
 from shared.jobs import AnyJob, DecideJob, MenuJob, RouteJob, SiftJob
 from shared.judgments import (
     ROUTE_QUESTION_ID,
-    estimate_tokens,
     item_id,
     pack,
     pack_limits_for,
@@ -46,22 +54,22 @@ from shared.judgments import (
     sift_question,
     sift_state,
 )
-from shared.packs import pack_requests, packed_questions
+from shared.packs import PackBuffer, pack_key, pack_requests, packed_questions
+from shared.prices import UNKNOWN_PRICE, Price, PriceBasis, price_table
 from shared.settings import Settings
+from shared.tokens import estimate_tokens
 
 __all__ = [
     "ESTIMATE_TTL_S",
     "FAUX_DEFAULT_MODEL",
-    "FAUX_PRICE_PER_MTOK_USD",
     "TOKEN_ESTIMATE_ACCURACY",
+    "BudgetFit",
     "Estimate",
     "EstimateReport",
     "PlannedRequest",
-    "Price",
-    "PriceBasis",
     "ProviderEstimate",
-    "default_prices",
     "estimate_jobs",
+    "estimate_report",
     "plan_pack",
     "planned_requests",
     "unpacked_cost",
@@ -70,53 +78,12 @@ __all__ = [
 #: A token-priced estimate is within this fraction of the booked cost (a host's tokenizer
 #: against 4 bytes a token; the faux's is exact).
 TOKEN_ESTIMATE_ACCURACY: Final = 0.25
-#: The faux's price for its default model (``worker.faux.catalog``: 1e-7 USD a token).
-FAUX_PRICE_PER_MTOK_USD: Final = 0.10
 #: The model the faux answers when a job names none (``worker.providers.systemone``).
 FAUX_DEFAULT_MODEL: Final = "faux-1"
 #: How long a batch's stored estimate is kept in Redis.
 ESTIMATE_TTL_S: Final = 30 * 24 * 3600
 
-PriceBasis = Literal["list_price", "tokens", "unknown"]
-
-
-@dataclass(frozen=True)
-class Price:
-    """A provider's price: per request, or per million input tokens (optionally per model)."""
-
-    per_request_usd: float | None = None
-    per_mtok_usd: float | None = None
-    per_model_mtok_usd: Mapping[str, float] = field(default_factory=dict)
-
-    @property
-    def basis(self) -> PriceBasis:
-        if self.per_request_usd is not None:
-            return "list_price"
-        if self.per_mtok_usd is not None or self.per_model_mtok_usd:
-            return "tokens"
-        return "unknown"
-
-    def cost(self, model: str | None, tokens: int) -> float | None:
-        if self.per_request_usd is not None:
-            return self.per_request_usd
-        per_mtok = self.per_model_mtok_usd.get(model or "", self.per_mtok_usd)
-        return None if per_mtok is None else per_mtok * tokens / 1_000_000
-
-
-UNKNOWN_PRICE: Final = Price()
-
-
-def default_prices(settings: Settings) -> dict[str, Price]:
-    prices = {
-        "parallel": Price(per_request_usd=settings.parallel_list_price_usd),
-        "typesafe": Price(per_mtok_usd=settings.typesafe_price_per_mtok_usd),
-        "openai": Price(per_mtok_usd=settings.openai_price_per_mtok_usd),
-        "faux": Price(per_mtok_usd=FAUX_PRICE_PER_MTOK_USD),
-        "openrouter": UNKNOWN_PRICE,
-    }
-    for name, host in settings.systemone_hosts.items():
-        prices[name] = Price(per_mtok_usd=host.price_per_mtok_usd)
-    return prices
+BudgetFit = Literal["fits", "tight", "over", "no_maximum"]
 
 
 def _default_model(provider: str, settings: Settings) -> str | None:
@@ -139,6 +106,8 @@ class PlannedRequest:
     provider: str
     model: str | None
     input_tokens: int
+    #: The body's bytes (what the worst case is counted on).
+    body_bytes: int = 0
 
 
 def planned_requests(job: AnyJob, settings: Settings) -> list[PlannedRequest]:
@@ -210,8 +179,8 @@ def _request(
     body: dict[str, Any] = {"questions": questions, "state": state}
     if model is not None:
         body["model"] = model
-    tokens = max(1, estimate_tokens(len(canonical_bytes(body))))
-    return PlannedRequest(step, provider, model, tokens)
+    size = len(canonical_bytes(body))
+    return PlannedRequest(step, provider, model, estimate_tokens(size), size)
 
 
 @dataclass
@@ -235,6 +204,23 @@ class Estimate:
     menu_jobs: int = 0
     requests: int = 0
     by_provider: dict[str, ProviderEstimate] = field(default_factory=dict)
+    #: The requests' worst cases summed (what budgets reserve); None: one has no maximum.
+    worst_usd: float | None = 0.0
+    #: The jobs' ``budget_usd`` (the first one given: it creates the batch's budget).
+    budget_usd: float | None = None
+
+    @property
+    def budget_fit(self) -> BudgetFit | None:
+        """Whether ``budget_usd`` holds these jobs (None: no budget); see the module doc."""
+        if self.budget_usd is None:
+            return None
+        if self.worst_usd is None:
+            return "no_maximum"
+        if self.worst_usd <= self.budget_usd:
+            return "fits"
+        if not self.cost_unknown and self.cost_known_usd <= self.budget_usd:
+            return "tight"
+        return "over"
 
     @property
     def cost_known_usd(self) -> float:
@@ -261,6 +247,9 @@ class Estimate:
             self.jobs += 1
             if isinstance(job, MenuJob):
                 self.menu_jobs += 1
+                self.worst_usd = None  # a chat runtime has no known maximum
+            if self.budget_usd is None:
+                self.budget_usd = job.budget_usd
         for planned in requests:
             price = prices.get(planned.provider, UNKNOWN_PRICE)
             entry = self.by_provider.get(planned.provider)
@@ -274,6 +263,10 @@ class Estimate:
             entry.cost_usd = None if cost is None or entry.cost_usd is None else (
                 round(entry.cost_usd + cost, 12)
             )
+            worst = price.worst(planned.body_bytes)
+            self.worst_usd = None if worst is None or self.worst_usd is None else (
+                round(self.worst_usd + worst, 12)
+            )
             self.requests += 1
 
     def to_json(self) -> str:
@@ -282,6 +275,7 @@ class Estimate:
             cost_known_usd=self.cost_known_usd,
             cost_unknown=self.cost_unknown,
             accuracy=self.accuracy,
+            budget_fit=self.budget_fit,
         )
         return json.dumps(body, sort_keys=True)
 
@@ -297,6 +291,9 @@ class Estimate:
             menu_jobs=body["menu_jobs"],
             requests=body["requests"],
             by_provider=providers,
+            # Stored before budgets: no worst case, no budget.
+            worst_usd=body.get("worst_usd"),
+            budget_usd=body.get("budget_usd"),
         )
 
 
@@ -308,7 +305,7 @@ def estimate_jobs(
     batch: str | None = None,
 ) -> Estimate:
     """The estimate of valid jobs (``JobInvalid`` from a sift that cannot be packed)."""
-    table = {**default_prices(settings), **(prices or {})}
+    table = price_table(settings, prices)
     result = Estimate(batch=batch)
     for job in jobs:
         result.add(job, planned_requests(job, settings), table)
@@ -335,3 +332,41 @@ class EstimateReport:
         if batch_name is not None:
             batch = self.batches.setdefault(batch_name, Estimate(batch=batch_name))
             batch.add_jobs(jobs, requests, prices)
+
+
+def estimate_report(
+    lines: Iterable[Any],
+    validate: Callable[[Any], AnyJob],
+    settings: Settings,
+    *,
+    prices: Mapping[str, Price] | None = None,
+) -> EstimateReport:
+    """The estimate of raw job lines, each validated by ``validate`` (a line it rejects is in
+    ``rejected``), decide jobs packed as ``Client.submit_batch`` packs them."""
+    table = price_table(settings, prices)
+    report = EstimateReport()
+    packs: PackBuffer[DecideJob] = PackBuffer(settings.pack_chunk_size)
+
+    def add_pack(message: list[DecideJob]) -> None:
+        for group, planned in plan_pack(message, settings):
+            report.add_jobs([message[i] for i in group], [planned], table)
+
+    for line, raw in enumerate(lines):
+        job_id: str | None = None
+        try:
+            job = validate(raw)
+            job_id = job.id
+            key = pack_key(job, settings.default_provider)
+            if key is not None and isinstance(job, DecideJob):
+                full = packs.add(key, job)
+                if full is not None:
+                    add_pack(full)
+                continue
+            requests = planned_requests(job, settings)
+        except JobInvalid as exc:
+            report.rejected[exc.job_id or job_id or f"line-{line}"] = exc.problems
+            continue
+        report.add(job, requests, table)
+    for message in packs.drain():
+        add_pack(message)
+    return report

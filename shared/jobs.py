@@ -8,35 +8,37 @@ know), and the batch judgments of ``shared.judgments``: ``sift`` (one yes/no que
 list of items) and ``route`` (a choice over named routes with an ``unsure`` branch). ``Job``
 is the union, discriminated on ``kind``.
 
-``parse_job`` is the one entry point: it turns a JSON object (or raw bytes) into a job or
-raises ``JobInvalid`` naming every bad field (``options[2].schema.fields[0].type``), so that
-nothing invalid is ever sent.
+``shared.job_parsing.parse_job`` is the one entry point: it turns a JSON object (or raw bytes)
+into a job or raises ``JobInvalid`` naming every bad field; ``shared.fingerprint`` says when
+two submissions are the same job.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator, Mapping
-from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
     StringConstraints,
-    TypeAdapter,
-    ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
-from shared.canonical import digest_of
-from shared.errors import FieldProblem, JobInvalid
+from shared import keys
+from shared.images import ImageKey, JobImage
 from shared.judgments.specs import RouteFields, SiftFields, VerifySpec
-from shared.menus.errors import MenuSpecInvalid
-from shared.menus.menu_json import menu_from_json, menu_to_json
+from shared.limits import (
+    MAX_BUDGET_USD,
+    MAX_JOB_IMAGES,
+    MAX_PROMPT_CHARS,
+    Limits,
+)
+from shared.menus.menu_json import menu_to_json
 from shared.menus.session import DEFAULT_MAX_STEPS
 from shared.questions import Question, State
 
@@ -45,6 +47,7 @@ __all__ = [
     "JOB_TYPES",
     "MAX_RETRIES",
     "MAX_WORK_STEPS",
+    "SUBMITTED_AT_ALLOWANCE_S",
     "DecideJob",
     "Job",
     "JobId",
@@ -54,12 +57,6 @@ __all__ = [
     "RouteJob",
     "SiftJob",
     "StreamName",
-    "job_deadline",
-    "job_fingerprint",
-    "job_kind",
-    "menu_problems",
-    "parse_job",
-    "problems_from_validation",
 ]
 
 #: A producer's idempotency key: printable, no whitespace at the ends.
@@ -69,22 +66,28 @@ JobId = Annotated[
         min_length=1, max_length=200, pattern=r"^[^\s\x00-\x1f]([^\x00-\x1f]*[^\s\x00-\x1f])?$"
     ),
 ]
+#: How far a producer's ``submitted_at`` may run ahead of the clock that judges deadlines
+#: (machines' clocks differ by this much); a stamp later than that is clamped to its now.
+SUBMITTED_AT_ALLOWANCE_S = 5.0
 #: A Redis stream name the worker may append to.
+def _reply_name(value: str) -> str:
+    problem = keys.reply_to_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+#: A reply stream's name, inside the reply namespace (``shared.keys``); never a key.
 StreamName = Annotated[
-    str, StringConstraints(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9:._\-/]*$")
+    str,
+    StringConstraints(
+        min_length=1, max_length=keys.MAX_REPLY_NAME, pattern=keys.REPLY_NAME_PATTERN
+    ),
+    AfterValidator(_reply_name),
 ]
 
-MAX_STATE_BYTES = 32 * 1024 * 1024  # the System One body limit
-# Built once: json.dumps with a non-default option builds an encoder per call (a third of
-# a small state's check).
-_STATE_ENCODER = json.JSONEncoder(ensure_ascii=False)
-
-
-def _state_bytes(state: Any) -> int:
-    """The UTF-8 size of the state's JSON; a lone surrogate raises (a ValueError), as before."""
-    text = _STATE_ENCODER.encode(state)
-    # ASCII text is one byte a character: its length is its size, without encoding it.
-    return len(text) if text.isascii() else len(text.encode())
+#: The default state limit (``shared.limits``; the setting DECISIONS_MAX_STATE_BYTES lowers it).
+MAX_STATE_BYTES = Limits().state_bytes
 
 
 class JobBase(BaseModel):
@@ -97,6 +100,30 @@ class JobBase(BaseModel):
     timeout_s: float | None = Field(None, gt=0, description="deadline relative to submission")
     submitted_at: AwareDatetime | None = Field(None, description="stamped by the client")
     metadata: dict[str, Any] = Field(default_factory=dict, description="echoed back untouched")
+    audit_rate: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="decide jobs: the share of confident results also sent to reviewers as "
+        "audit escalations (chosen by a hash of the job id; the result is not held back)",
+    )
+    budget_usd: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_BUDGET_USD,
+        allow_inf_nan=False,
+        strict=True,
+        description="the batch's budget in USD, if it has none yet: a request whose worst "
+        "case does not fit is not sent (escalated budget_exhausted); needs batch",
+    )
+
+    @field_validator("budget_usd")
+    @classmethod
+    def _budget_of_a_batch(cls, value: float | None, info: ValidationInfo) -> float | None:
+        # A field validator (batch is validated first), so the rejection names this field.
+        if value is not None and info.data.get("batch") is None:
+            raise ValueError("a budget belongs to a batch: set batch too")
+        return value
 
     @field_validator("timeout_s")
     @classmethod
@@ -121,14 +148,28 @@ class DecideJob(JobBase):
         description="may share one request with jobs of its batch about the same state, "
         "for the same provider and model (shared.packs)",
     )
+    images: dict[ImageKey, JobImage] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_JOB_IMAGES,
+        description="images (experimental) referenced as <key> from the state or a question",
+    )
+
+    @model_validator(mode="after")
+    def _images_apply(self) -> DecideJob:
+        if self.images is None:
+            return self
+        # A packed request is about one shared state: its jobs' images are not packed (yet).
+        if self.pack:
+            raise ValueError("images: a job with images is never packed; drop pack")
+        return self
 
     @field_validator("state")
     @classmethod
     def _state_fits(cls, value: State) -> State:
+        # Its size was checked before validation (``shared.limits``), on the raw job.
         if isinstance(value, str) and not value.strip():
             raise ValueError("state must not be empty")
-        if _state_bytes(value) > MAX_STATE_BYTES:
-            raise ValueError(f"state is over {MAX_STATE_BYTES} bytes")
         return value
 
     @field_validator("questions")
@@ -146,6 +187,12 @@ HandlerName = Annotated[str, StringConstraints(min_length=1, max_length=200, pat
 MAX_RETRIES = 5
 #: Model turns a work turn may take at most.
 MAX_WORK_STEPS = 32
+#: Tool calls of one model reply that are run (the rest are answered "not run"), by default
+#: and at most; and of one job.
+DEFAULT_TOOL_CALLS_PER_REPLY = 8
+MAX_TOOL_CALLS_PER_REPLY = 64
+DEFAULT_TOOL_CALLS_PER_JOB = 32
+MAX_TOOL_CALLS_PER_JOB = 256
 
 
 class MenuRuntime(BaseModel):
@@ -166,6 +213,19 @@ class MenuWork(BaseModel):
         default_factory=list, description="registered handlers offered as native tools"
     )
     max_steps: int = Field(DEFAULT_MAX_STEPS, ge=1, le=MAX_WORK_STEPS, description="model turns")
+    max_tool_calls_per_reply: int = Field(
+        DEFAULT_TOOL_CALLS_PER_REPLY,
+        ge=1,
+        le=MAX_TOOL_CALLS_PER_REPLY,
+        description="tool calls of one model reply that are run; the rest are answered "
+        "'not run' and never executed",
+    )
+    max_tool_calls: int = Field(
+        DEFAULT_TOOL_CALLS_PER_JOB,
+        ge=1,
+        le=MAX_TOOL_CALLS_PER_JOB,
+        description="tool calls of the whole job that are run; the rest are answered 'not run'",
+    )
 
     @field_validator("tools")
     @classmethod
@@ -183,12 +243,14 @@ class MenuJob(JobBase):
     """
 
     kind: Literal["menu"] = "menu"
-    prompt: str = Field(..., min_length=1, max_length=1_000_000)
+    prompt: str = Field(..., min_length=1, max_length=MAX_PROMPT_CHARS)
     options: list[dict[str, Any]] = Field(
         ..., min_length=1, description="the options encoding (shared.menus.OPTIONS_JSON_SCHEMA)"
     )
     context: dict[str, Any] = Field(default_factory=dict, description="injected, never shown")
-    max_retries: int = Field(1, ge=0, le=MAX_RETRIES, description="re-picks after a bad pick")
+    max_retries: int = Field(
+        1, ge=0, le=MAX_RETRIES, description="re-picks after a bad pick (with work: exactly 1)"
+    )
     runtime: MenuRuntime = Field(default_factory=MenuRuntime)
     work: MenuWork | None = Field(None, description="tools and a step limit (work first)")
 
@@ -196,6 +258,8 @@ class MenuJob(JobBase):
     def of(cls, *, prompt: str, options: Any, **fields: Any) -> MenuJob:
         """A menu job from options in the Python notation (encoded with ``menu_to_json``)."""
         encoded = menu_to_json(options)
+        from shared.job_parsing import parse_job  # it builds on this module
+
         job = parse_job({"kind": "menu", "prompt": prompt, "options": encoded, **fields})
         assert isinstance(job, MenuJob)
         return job
@@ -205,158 +269,34 @@ class SiftJob(JobBase, SiftFields):
     """One yes/no question over a list of items (``shared.judgments``); keep p >= 0.5."""
 
     kind: Literal["sift"] = "sift"
+    images: dict[ImageKey, JobImage] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_JOB_IMAGES,
+        description="images (experimental) referenced as <key> from the state, the question "
+        "or an item; each packed request carries the images its own items and state reference",
+    )
 
 
 class RouteJob(JobBase, RouteFields):
     """A choice over named routes, with an ``unsure`` branch (``shared.judgments``)."""
 
     kind: Literal["route"] = "route"
+    images: dict[ImageKey, JobImage] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_JOB_IMAGES,
+        description="images (experimental) referenced as <key> from the state or instructions",
+    )
 
 
 AnyJob = DecideJob | MenuJob | SiftJob | RouteJob
 Job = Annotated[AnyJob, Field(discriminator="kind")]
 #: The job classes, for ``isinstance`` (``Job`` itself is an annotated union).
 JOB_TYPES: tuple[type[DecideJob], type[MenuJob], type[SiftJob], type[RouteJob]] = (
-    DecideJob, MenuJob, SiftJob, RouteJob,
+    DecideJob,
+    MenuJob,
+    SiftJob,
+    RouteJob,
 )
 JOB_KINDS = ("decide", "menu", "sift", "route")
-_ADAPTERS: dict[str, TypeAdapter[Any]] = {
-    "decide": TypeAdapter(DecideJob),
-    "menu": TypeAdapter(MenuJob),
-    "sift": TypeAdapter(SiftJob),
-    "route": TypeAdapter(RouteJob),
-}
-
-
-def _unchecked_handler(**kwargs: Any) -> Any:  # pragma: no cover - decoded, never called
-    return kwargs
-
-
-class _AnyHandler(Mapping[str, Callable[..., Any]]):
-    """Every handler name resolves: whether it is registered is the worker's to say."""
-
-    def __getitem__(self, key: str) -> Callable[..., Any]:
-        return _unchecked_handler
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
-
-
-def menu_problems(
-    options: Any, handlers: Mapping[str, Callable[..., Any]] | None = None
-) -> list[FieldProblem]:
-    """Every bad option of a menu job's ``options``, each named (``options[2].handler``).
-
-    Each option is decoded on its own, so that one bad option does not hide the next; with
-    ``handlers`` (the worker's registry) unregistered handler names are problems too.
-    """
-    if not isinstance(options, list) or not options:
-        return [FieldProblem("options", "options is a non-empty JSON array")]
-    lookup = _AnyHandler() if handlers is None else handlers
-    problems: list[FieldProblem] = []
-    seen: set[str] = set()
-    for i, item in enumerate(options):
-        try:
-            menu_from_json([item], lookup)
-        except MenuSpecInvalid as exc:
-            problems.append(FieldProblem(f"options[{i}]{exc.path.removeprefix('[0]')}", exc.detail))
-            continue
-        name = item["name"]
-        if name in seen:
-            problems.append(FieldProblem(f"options[{i}].name", f"duplicate option name {name!r}"))
-        seen.add(name)
-    return problems
-
-
-def problems_from_validation(error: ValidationError) -> list[FieldProblem]:
-    """One FieldProblem per pydantic error, with a dotted path (``questions.q1.criteria``)."""
-    problems = []
-    for item in error.errors(include_url=False):
-        # Drop the discriminator tag pydantic inserts into union paths ("choice", "function-after").
-        path = [str(p) for p in item["loc"] if not _is_union_tag(p)]
-        message = item["msg"].removeprefix("Value error, ")
-        problems.append(FieldProblem(".".join(path) or "(job)", message))
-    return problems
-
-
-def _is_union_tag(part: object) -> bool:
-    return isinstance(part, str) and (
-        part in {"noul", "choice", "score"} or "[" in part or part.startswith("function-")
-    )
-
-
-def parse_job(raw: Any) -> AnyJob:
-    """Validate a job from a dict, a JSON string or bytes; ``JobInvalid`` names every bad field."""
-    if isinstance(raw, bytes | str):
-        try:
-            raw = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise JobInvalid(
-                [FieldProblem("(body)", f"not JSON: {exc.__class__.__name__}")]
-            ) from None
-    if not isinstance(raw, dict):
-        raise JobInvalid(
-            [FieldProblem("(job)", f"a job is a JSON object, not {type(raw).__name__}")]
-        )
-    job_id = raw.get("id") if isinstance(raw.get("id"), str) else None
-    kind = raw.get("kind", "decide")
-    adapter = _ADAPTERS.get(kind) if isinstance(kind, str) else None
-    if adapter is None:
-        expected = " or ".join(repr(k) for k in JOB_KINDS)
-        problem = FieldProblem("kind", f"unknown kind {kind!r}; expected {expected}")
-        raise JobInvalid([problem], job_id)
-    problems: list[FieldProblem] = []
-    job = None
-    try:
-        job = adapter.validate_python(raw)
-    except ValidationError as exc:
-        problems = problems_from_validation(exc)
-    if kind == "menu" and isinstance(raw.get("options"), list):
-        named = {p.field for p in problems}
-        problems += [p for p in menu_problems(raw["options"]) if p.field not in named]
-    if problems or job is None:
-        raise JobInvalid(problems, job_id)
-    assert isinstance(job, JOB_TYPES)
-    return job
-
-
-def job_kind(raw: Any) -> str | None:
-    """The ``kind`` a raw job says it is, without validating it (``None``: nothing readable)."""
-    if isinstance(raw, bytes | str):
-        try:
-            raw = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            return None
-    kind = raw.get("kind", "decide") if isinstance(raw, dict) else None
-    return kind if isinstance(kind, str) else None
-
-
-def job_deadline(
-    job: AnyJob, *, default_s: float, ceiling_s: float, now: datetime | None = None
-) -> datetime:
-    """The job's absolute deadline: its own, or submission (or now) plus its timeout or the default.
-
-    A deadline further away than the ceiling is cut to the ceiling.
-    """
-    now = now or datetime.now(UTC)
-    start = job.submitted_at or now
-    if job.deadline is not None:
-        deadline = job.deadline
-    else:
-        deadline = start + timedelta(seconds=job.timeout_s or default_s)
-    return min(deadline, start + timedelta(seconds=ceiling_s))
-
-
-def job_fingerprint(job: AnyJob) -> str:
-    """What makes two submissions the same logical job.
-
-    Transport fields are left out: the same job resubmitted later, or to another reply stream,
-    or with packing turned on or off, is the same job, and gets its stored outcome there.
-    """
-    body = job.model_dump(
-        mode="json", exclude={"submitted_at", "deadline", "timeout_s", "reply_to", "pack"}
-    )
-    return digest_of(body)

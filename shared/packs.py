@@ -28,7 +28,7 @@ from typing import Any, Generic, TypeVar
 from shared.canonical import canonical_bytes, digest_of
 from shared.errors import JobInvalid
 from shared.jobs import AnyJob, DecideJob
-from shared.judgments.packing import PackLimits, estimate_tokens, pack
+from shared.judgments.packing import PackLimits, pack, request_overhead, split_in_order
 
 __all__ = ["PackBuffer", "pack_key", "pack_requests", "packed_qid", "packed_questions"]
 
@@ -70,41 +70,22 @@ def pack_requests(state: Any, members: Sequence[Questions], limits: PackLimits) 
     questions would not go in one request on their own gets a request of its own: the worker
     sends it alone, where the provider's own check rejects it, naming the field.
     """
-    empty_size = len(canonical_bytes({"questions": {}, "state": state}))
-    requests: list[list[int]] = []
-    current: list[int] = []
-    entries, count = 0, 0  # bytes of the request's "id":{...} entries, and how many
-    for index, questions in enumerate(members):
-        if not _fits_alone(state, questions, limits):
-            if current:
-                requests.append(current)
-                current, entries, count = [], 0, 0
-            requests.append([index])
-            continue
-        added = _entries_size(len(current), questions)
-        if current and not _fits(count + len(questions), empty_size, entries + added, limits):
-            requests.append(current)
-            current, entries, count = [], 0, 0
-            added = _entries_size(0, questions)
-        current.append(index)
-        entries, count = entries + added, count + len(questions)
-    if current:
-        requests.append(current)
-    return requests
+    return split_in_order(
+        len(members),
+        questions=lambda index: len(members[index]),
+        entry_bytes=lambda index, position: _entries_size(position, members[index]),
+        empty_size=request_overhead(state),
+        limits=limits,
+        alone=lambda index: not _fits_alone(state, members[index], limits),
+    )
 
 
 def _entries_size(position: int, questions: Questions) -> int:
+    # "position.id":{...} for each question, as ``packed_questions`` writes them
     return sum(
         len(canonical_bytes(packed_qid(position, qid))) + 1 + len(canonical_bytes(question))
         for qid, question in questions.items()
     )
-
-
-def _fits(count: int, empty_size: int, entries: int, limits: PackLimits) -> bool:
-    if limits.max_questions is not None and count > limits.max_questions:
-        return False
-    size = empty_size + entries + count - 1  # a comma between entries
-    return limits.max_request_tokens is None or estimate_tokens(size) <= limits.max_request_tokens
 
 
 def _fits_alone(state: Any, questions: Questions, limits: PackLimits) -> bool:

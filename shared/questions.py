@@ -10,19 +10,30 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationError,
+    field_validator,
+)
 
 __all__ = [
     "MAX_CHOICE_OPTIONS",
     "MAX_SCORE_LEVELS",
     "MIN_SCORE_LEVELS",
+    "CalibratedFloor",
     "ChoiceQuestion",
+    "Floor",
     "Instructions",
     "NoulCriteria",
     "NoulQuestion",
     "Question",
     "ScoreQuestion",
     "State",
+    "fixed_floor",
 ]
 
 MAX_CHOICE_OPTIONS = 255
@@ -63,12 +74,68 @@ Instructions = Annotated[
 _ROUTING_FIELDS = {"escalate_below"}
 
 
+class CalibratedFloor(BaseModel):
+    """``escalate_below`` as a target: the threshold ``decisions calibration`` suggests for
+    this question id, provider and model to reach ``calibrated`` accuracy on the results that
+    do not escalate, once enough labels exist; ``fallback`` until then."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    calibrated: float = Field(
+        ..., gt=0.0, lt=1.0, description="the target accuracy of the non-escalated answers"
+    )
+    fallback: float = Field(
+        ..., ge=0.0, le=1.0, description="the floor used while the labels are too few"
+    )
+
+
+_FLOOR_FORMS = 'a number from 0 to 1, or {"calibrated": target accuracy, "fallback": number}'
+
+
+def _floor(value: Any) -> float | CalibratedFloor:
+    # One message naming the field's two forms, not pydantic's one per union member.
+    if isinstance(value, CalibratedFloor):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{value} is outside 0 to 1; {_FLOOR_FORMS}")
+        return float(value)
+    if isinstance(value, dict):
+        try:
+            return CalibratedFloor.model_validate(value)
+        except ValidationError as exc:
+            problem = exc.errors(include_url=False)[0]
+            where = ".".join(str(p) for p in problem["loc"])
+            raise ValueError(f"{where}: {problem['msg']}; {_FLOOR_FORMS}") from None
+    raise ValueError(_FLOOR_FORMS)
+
+
+#: A fixed confidence floor, or a calibrated one.
+Floor = Annotated[
+    Annotated[float, Field(ge=0.0, le=1.0)] | CalibratedFloor,
+    BeforeValidator(_floor),
+]
+
+
+def fixed_floor(floor: Floor | dict[str, Any] | None) -> float | None:
+    """The number a floor means without labels: itself, or a calibrated floor's fallback
+    (also as a question's JSON, as an escalation's context carries it)."""
+    if isinstance(floor, CalibratedFloor):
+        return floor.fallback
+    if isinstance(floor, dict):
+        fallback = floor.get("fallback")
+        return float(fallback) if isinstance(fallback, int | float) else None
+    return floor
+
+
 class _QuestionBase(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     instructions: Instructions
-    escalate_below: float | None = Field(
-        None, ge=0.0, le=1.0, description="a confidence below this escalates low_confidence"
+    escalate_below: Floor | None = Field(
+        None,
+        description="a confidence below this escalates low_confidence; or "
+        '{"calibrated": target accuracy, "fallback": floor}',
     )
 
     @field_validator("instructions")

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import re
+import contextlib
 from typing import Any
 
-from shared import keys
-from shared.canonical import digest_of
-from shared.errors import FieldProblem
+from shared import keys, strict_json
+from shared.canonical import digest_of, sha256_hex
+from shared.errors import FieldProblem, NotStrictJSON
+from shared.limits import MAX_ID_CHARS, echoable_metadata, refused_job
 from shared.replies import RejectedMessage
 
-__all__ = ["Rejection", "rejection_for"]
-
-_STREAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:._\-/]{0,199}$")
-
+__all__ = ["MAX_PROBLEMS", "Rejection", "bounded", "rejection_for"]
 
 class Rejection:
     """Where a rejected job's message goes, under which publish-once marker."""
@@ -35,19 +33,25 @@ def rejection_for(
     id alone, so that a corrected job resubmitted under the same id still gets its own
     terminal message.
     """
+    digest = _digest(raw, problems)
+    if isinstance(raw, bytes | bytearray | str):  # a text job: named by its id if it reads
+        with contextlib.suppress(NotStrictJSON):
+            raw = strict_json.loads(raw)
     body = raw if isinstance(raw, dict) else {}
-    try:
-        digest = digest_of(raw)
-    except (TypeError, ValueError):
-        digest = digest_of(repr(raw))
-    job_id = body.get("id") if isinstance(body.get("id"), str) and body.get("id") else None
+    job_id = body.get("id")
+    if isinstance(body, strict_json.DuplicateKeys) and "id" in body.duplicates:
+        job_id = None  # which one? neither: named by its digest
+    if not (isinstance(job_id, str) and 0 < len(job_id) <= MAX_ID_CHARS and job_id.isprintable()):
+        job_id = None
     reply_to = body.get("reply_to", reply_to)
-    stream = reply_to if isinstance(reply_to, str) and _STREAM_NAME.match(reply_to) else None
+    usable = isinstance(reply_to, str) and keys.reply_to_problem(reply_to) is None
+    stream = reply_to if usable else None
+    batch = body.get("batch")
     message = RejectedMessage(
         job_id=job_id or f"invalid-{digest[:16]}",
-        batch=body.get("batch") if isinstance(body.get("batch"), str) else None,
-        metadata=body.get("metadata") if isinstance(body.get("metadata"), dict) else {},
-        problems=[p.as_dict() for p in problems],
+        batch=batch if isinstance(batch, str) and len(batch) <= MAX_ID_CHARS else None,
+        metadata=echoable_metadata(body.get("metadata")),
+        problems=[p.as_dict() for p in bounded(problems)],
     )
     return Rejection(
         stream=stream or keys.REJECTED_STREAM,
@@ -55,3 +59,28 @@ def rejection_for(
         marker=f"rejected:{digest}",
         message=message,
     )
+
+
+#: A rejection names at most this many problems (a 10,000-item sift whose every item is
+#: wrong would otherwise carry 10,000 of them); the last line says how many more there were.
+MAX_PROBLEMS = 50
+
+
+def bounded(problems: list[FieldProblem]) -> list[FieldProblem]:
+    """``problems`` with repeats dropped, at most ``MAX_PROBLEMS`` and a count of the rest."""
+    distinct = list(dict.fromkeys(problems))
+    if len(distinct) <= MAX_PROBLEMS:
+        return distinct
+    rest = len(distinct) - MAX_PROBLEMS + 1
+    return [*distinct[: MAX_PROBLEMS - 1], FieldProblem("(more)", f"{rest} more problems")]
+
+
+def _digest(raw: Any, problems: list[FieldProblem]) -> str:
+    """The digest of the body; of what a reply can say of it (its id, stream, batch and
+    problems: ``refused_job``) when the body itself is not JSON (NaN, 5,000 levels, a set)."""
+    if isinstance(raw, bytes | bytearray):
+        return sha256_hex(bytes(raw))
+    try:
+        return digest_of(raw)
+    except (TypeError, ValueError, RecursionError):
+        return digest_of(refused_job(raw, problems))

@@ -31,6 +31,8 @@ __all__ = [
     "RouteReason",
     "SiftItem",
     "SiftItemStatus",
+    "TerminalMessage",
+    "Threshold",
     "Verification",
     "parse_reply",
 ]
@@ -49,6 +51,12 @@ EscalationReason = Literal[
     "handler_failed",
     "provider_error",
     "verification_failed",
+    # Not a failure: a share of confident results (a batch's audit_rate) sent for review
+    # while the result itself went out (shared.labels).
+    "audit",
+    # A request whose worst case did not fit a budget: nothing was sent for it
+    # (``decisions budget resume`` runs it again once the budget is raised).
+    "budget_exhausted",
 ]
 
 
@@ -84,6 +92,19 @@ class PackShare(BaseModel):
     saved_usd: float | None = Field(None, description="unpacked_cost_usd minus this job's cost")
 
 
+class Threshold(BaseModel):
+    """The ``escalate_below`` a question's answer was judged by, and where it came from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: float
+    source: Literal["calibrated", "fallback"] = Field(
+        ..., description="calibrated: suggested from the labels; fallback: too few labels"
+    )
+    target: float = Field(..., description="the accuracy the calibrated threshold aims at")
+    labels: int = Field(..., description="labels behind the suggestion (or found, if too few)")
+
+
 class Receipt(BaseModel):
     """One paid call: who answered, what it cost and on what basis, how it went on the wire."""
 
@@ -107,6 +128,9 @@ class Receipt(BaseModel):
     ref_id: str | None = None
     replayed: bool = Field(False, description="read back from the ledger, not sent again")
     packed: PackShare | None = Field(None, description="set when jobs shared the request")
+    thresholds: dict[str, Threshold] | None = Field(
+        None, description="per question asking for a calibrated escalate_below: the one used"
+    )
 
 
 class Answer(BaseModel):
@@ -130,8 +154,8 @@ class Answer(BaseModel):
 
 SiftItemStatus = Literal["decided", "refused", "interrupted", "failed", "not_sent"]
 #: Why a route job took its route: the model chose it, or the ``unsure`` route stood in for a
-#: refusal, an outcome never known, or a confidence below the floor.
-RouteReason = Literal["chosen", "refused", "interrupted", "low_confidence"]
+#: refusal or a confidence below the floor (a lost call escalates ``decision_interrupted``).
+RouteReason = Literal["chosen", "refused", "low_confidence"]
 
 
 class SiftItem(BaseModel):
@@ -225,6 +249,9 @@ Reply = Annotated[
     Field(discriminator="type"),
 ]
 _REPLY_ADAPTER: TypeAdapter[Reply] = TypeAdapter(Reply)
+
+#: What a job kind builds to end a job (a rejection is the delivery protocol's own).
+TerminalMessage = ResultMessage | EscalationMessage
 
 #: A job ends with exactly one of these.
 TERMINAL_TYPES = frozenset({"result", "escalation", "rejected"})

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shared.errors import FieldProblem, ResolutionInvalid
+from shared.questions import fixed_floor
 from shared.replies import Answer, EscalationMessage
 
 __all__ = ["MenuAnswerChecker", "check_resolution"]
@@ -36,6 +37,7 @@ def check_resolution(
         raise ResolutionInvalid([FieldProblem("answer", "an object of question id to value")])
     problems: list[FieldProblem] = []
     resolved: dict[str, Any] = {}
+    needed = _needed(escalation)  # once: per question it made a 10,000-item sift take minutes
     for qid in sorted(set(answer) - set(questions)):
         problems.append(FieldProblem(f"answer.{qid}", "no such question"))
     for qid, question in questions.items():
@@ -45,7 +47,7 @@ def check_resolution(
                 problems.append(FieldProblem(f"answer.{qid}", problem))
             else:
                 resolved[qid] = value
-        elif qid in _needed(escalation):
+        elif qid in needed:
             problems.append(FieldProblem(f"answer.{qid}", "a value is required"))
         else:
             machine = (escalation.answers or {})[qid]
@@ -59,13 +61,21 @@ def _needed(escalation: EscalationMessage) -> set[str]:
     questions: dict[str, Any] = escalation.context.get("questions", {})
     if escalation.reason not in _PER_QUESTION_REASONS or not escalation.answers:
         return set(questions)
-    return {qid for qid, q in questions.items() if not _usable(escalation.answers.get(qid), q)}
+    # A calibrated floor is the number the deciding call's receipt says it was judged by.
+    used: dict[str, float] = {}
+    for receipt in escalation.receipts:
+        used.update({qid: t.value for qid, t in (receipt.thresholds or {}).items()})
+    answers = escalation.answers
+    return {
+        qid
+        for qid, q in questions.items()
+        if not _usable(answers.get(qid), used.get(qid, fixed_floor(q.get("escalate_below"))))
+    }
 
 
-def _usable(answer: Answer | None, question: dict[str, Any]) -> bool:
+def _usable(answer: Answer | None, floor: float | None) -> bool:
     if answer is None or answer.refused or answer.value is None:
         return False
-    floor = question.get("escalate_below")
     return floor is None or (answer.confidence is not None and answer.confidence >= floor)
 
 

@@ -3,6 +3,13 @@
 Provider API keys are the one exception: they are read by their own names
 (``OPENROUTER_API_KEY``, ``PARALLEL_API_KEY``, ``TYPESAFE_API_KEY``, ``OPENAI_API_KEY``, or the
 ``key_env`` a host names) at the moment a request is made, and never stored here.
+
+Every URL setting is a ``MaskedUrl`` (``shared.setting_types``, with the hosts' and users'
+shapes): the full URL wherever a string is used (a connection),
+its password masked in every repr, so neither ``repr(settings)`` nor a validation error
+(inputs hidden) nor anything that prints a settings object shows one. A host's ``key_env``
+is watched by ``shared.scrub``, so its key is scrubbed from handler errors like the
+providers' own.
 """
 
 from __future__ import annotations
@@ -12,66 +19,51 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-__all__ = ["ChatHost", "ConsoleUser", "ProviderLimit", "Settings", "SystemOneHost", "get_settings"]
+from shared.scrub import watch_key_env
+from shared.setting_types import (
+    ChatHost,
+    ConsoleUser,
+    MaskedRepr,
+    OptionalUrl,
+    ProviderLimit,
+    SystemOneHost,
+    Url,
+)
+
+__all__ = [
+    "Settings",
+    "get_settings",
+]
 
 
-class SystemOneHost(BaseModel):
-    """A host of the System One contract, by base URL (``POST {base}/v1/systemone``)."""
-
-    base_url: str
-    key_env: str
-    default_model: str | None = None
-    models: list[str] = Field(default_factory=list, description="models served; empty = any")
-    #: USD per million input tokens, booked as an estimate when the host reports no cost.
-    price_per_mtok_usd: float | None = None
-    path: str = "/v1/systemone"
-    request_id_header: str | None = None
+#: A price or a ceiling in USD: finite, not negative.
+_Usd = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
-class ChatHost(BaseModel):
-    """An OpenAI-compatible chat-completions host for menus (``POST {base}{path}``): vLLM, a
-    local server, any other by base URL. ``key_env`` unset: the host takes no key."""
-
-    base_url: str
-    key_env: str | None = None
-    default_model: str | None = None
-    models: list[str] = Field(default_factory=list, description="models served; empty = any")
-    path: str = "/v1/chat/completions"
-    #: Ask for usage accounting in the body (OpenRouter's ``usage: {include: true}``).
-    usage_include: bool = False
-
-
-class ProviderLimit(BaseModel):
-    """One provider's fleet-wide limits, shared by every worker through Redis."""
-
-    #: Requests in flight at once, over the whole fleet (unset: no limit).
-    max_in_flight: int | None = Field(None, ge=1)
-    #: Requests sent in any one-second window, over the whole fleet (unset: no limit).
-    per_second: int | None = Field(None, ge=1)
-
-
-class ConsoleUser(BaseModel):
-    """A reviewer console login: an Argon2 hash (``decisions console hash-password``), a role."""
-
-    password_hash: str
-    #: ``reviewer`` claims and answers escalations; ``read_only`` only looks.
-    role: Literal["reviewer", "read_only"] = "read_only"
-
-
-class Settings(BaseSettings):
+class Settings(BaseSettings, MaskedRepr):
     model_config = SettingsConfigDict(
-        env_prefix="DECISIONS_", env_file=".env", extra="ignore", env_nested_delimiter="__"
+        env_prefix="DECISIONS_",
+        env_file=".env",
+        extra="ignore",
+        env_nested_delimiter="__",
+        # A validation error shows no input: it may be a URL with its password.
+        hide_input_in_errors=True,
     )
 
     # --- where things live -------------------------------------------------------------
-    broker_url: str = Field("redis://127.0.0.1:6379/0", description="Celery broker URL")
-    redis_url: str = Field(
+    broker_url: Url = Field("redis://127.0.0.1:6379/0", description="Celery broker URL")
+    redis_url: Url = Field(
         "redis://127.0.0.1:6379/0", description="Redis holding reply and escalation streams"
     )
-    ledger_url: str = Field("sqlite:///./decisions.db", description="SQLAlchemy URL of the ledger")
+    ledger_url: Url = Field("sqlite:///./decisions.db", description="SQLAlchemy URL of the ledger")
     sqlite_busy_timeout_s: float = Field(5.0, description="SQLite busy timeout (several processes)")
     ledger_group_commit: bool = Field(
         True, description="group the ledger writes of concurrent jobs into shared transactions"
@@ -84,16 +76,25 @@ class Settings(BaseSettings):
     max_transport_attempts: int = Field(
         3, ge=1, le=10, description="sends of a provably unsent request"
     )
-    faux_url: str | None = Field(
-        None, description="base URL of a `decisions faux serve` (unset: the in-process faux)"
+    faux_url: OptionalUrl = Field(
+        None,
+        description="base URL of a `decisions faux serve`, the fake provider (unset: no `faux`"
+        " unless DECISIONS_FAUX_IN_PROCESS)",
+    )
+    # A worker never gets the fake provider by default: a production worker given a job
+    # naming `faux` rejects it (field `provider`) instead of answering it with made-up data.
+    faux_in_process: bool = Field(
+        False,
+        description="answer provider and runtime `faux` in this process when"
+        " DECISIONS_FAUX_URL is unset (tests, demos; `decisions run` sets it)",
     )
     faux_latency_ms: float = Field(0.0, ge=0, description="latency of the in-process faux provider")
-    openrouter_base_url: str = "https://openrouter.ai/api"
+    openrouter_base_url: Url = "https://openrouter.ai/api"
     openrouter_default_model: str | None = None
-    typesafe_base_url: str = "https://api.typesafe.ai"
+    typesafe_base_url: Url = "https://api.typesafe.ai"
     typesafe_default_model: str = "jev-latest"
     typesafe_price_per_mtok_usd: float = 0.042
-    parallel_base_url: str = "https://api.parallel.ai"
+    parallel_base_url: Url = "https://api.parallel.ai"
     parallel_list_price_usd: float = Field(
         0.001,
         validation_alias=AliasChoices(
@@ -104,11 +105,40 @@ class Settings(BaseSettings):
         default_factory=lambda: ["fast"],
         validation_alias=AliasChoices("DECISIONS_PARALLEL_MODES", "PARALLEL_MODES"),
     )
-    openai_base_url: str = "https://api.openai.com"
+    openai_base_url: Url = "https://api.openai.com"
     openai_default_model: str = "gpt-6-luna"
     openai_price_per_mtok_usd: float = 0.10
     systemone_hosts: dict[str, SystemOneHost] = Field(
         default_factory=dict, description="extra System One hosts, by provider name (JSON)"
+    )
+    image_stores: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="URL prefixes (https://host/path/) a job's image `ref` may point into, "
+        "comma-separated or a JSON list; the worker fetches only from these (empty: a job "
+        "with an image ref is rejected)",
+    )
+    image_fetch_timeout_s: float = Field(
+        10.0, gt=0, le=120, description="longest fetch of one image ref from an image store"
+    )
+
+    # --- budgets (worker.ledger.budget_ops) ----------------------------------------------
+    max_price_per_mtok_usd: dict[str, _Usd] = Field(
+        default_factory=dict,
+        description='most a provider may charge per million request tokens, by provider (JSON:'
+        ' {"openrouter": 0.5}); a request\'s worst case is its bytes at that price (TypeSafe,'
+        " OpenAI and priced hosts default to their price; Parallel is its list price a "
+        "request). A provider with neither cannot run under a budget",
+    )
+    daily_ceiling_usd: dict[str, _Usd] = Field(
+        default_factory=dict,
+        description='fleet-wide spend a (UTC) day, by provider (JSON: {"parallel": 20}); a '
+        "request whose worst case does not fit is not sent (budget_exhausted)",
+    )
+    openrouter_max_price_routing: bool = Field(
+        False,
+        description="send OpenRouter its provider.max_price routing option with the maximum "
+        "of max_price_per_mtok_usd, so it never routes above it (off by default: its "
+        "acceptance on /v1/systemone is not confirmed)",
     )
 
     # --- menu runtimes (chat completions) --------------------------------------------------
@@ -126,6 +156,12 @@ class Settings(BaseSettings):
     visibility_timeout_s: float = Field(
         3600.0, description="broker redelivery timeout; must be well above the deadline ceiling"
     )
+    intake_grace_s: float = Field(
+        60.0,
+        gt=0,
+        description="Redis broker: a job submitted this long ago that no worker took and the "
+        "broker no longer holds is republished by the reaper (at most the visibility timeout)",
+    )
     unacked_restore_interval_s: float = Field(
         10.0, gt=0, description="how often a worker looks for messages past the visibility timeout"
     )
@@ -139,6 +175,11 @@ class Settings(BaseSettings):
         30.0, ge=0, description="how often a worker escalates expired claims (0: never)"
     )
     publish_marker_ttl_s: int = Field(7 * 24 * 3600, description="how long publish-once holds")
+    accept_volatile_streams: bool = Field(
+        False,
+        description="start a worker even if the streams Redis does not persist (no AOF, no RDB):"
+        " a restart of that Redis then loses replies and escalations",
+    )
 
     # --- producers -----------------------------------------------------------------------
     chunk_size: int = Field(32, ge=1, le=1000, description="jobs per Celery message")
@@ -148,6 +189,33 @@ class Settings(BaseSettings):
         le=1000,
         description="jobs per Celery message of a packed batch (one state and provider a "
         "message; the worker packs them into as few requests as the limits allow)",
+    )
+
+    # --- input limits (shared.limits: the same checks in Client, submit, run and the worker) ---
+    max_job_depth: int = Field(
+        100, ge=8, le=200, description="nesting of a job's JSON, counted from the job object"
+    )
+    max_job_bytes: int = Field(40 * 2**20, ge=1024, description="a job's JSON in all, in bytes")
+    max_state_bytes: int = Field(
+        32 * 2**20,
+        ge=1,
+        le=32 * 2**20,
+        description="a state, or a sift's items together (System One takes 32 MiB at most)",
+    )
+    max_metadata_bytes: int = Field(
+        64 * 2**10, ge=1, description="a job's metadata (echoed in every reply), in bytes"
+    )
+    max_context_bytes: int = Field(2**20, ge=1, description="a menu job's context, in bytes")
+    max_options_bytes: int = Field(
+        2**20, ge=1, description="a menu job's options, schemas included, in bytes"
+    )
+    max_questions_bytes: int = Field(
+        2**20, ge=1, description="a job's questions (a sift's question, a route's routes), in bytes"
+    )
+    max_string_bytes: int = Field(
+        64 * 2**10,
+        ge=1,
+        description="one string or key outside a state, items, a prompt and a context",
     )
 
     # --- fleet-wide provider limits (worker.providers.redis_limiter) ------------------------
@@ -161,14 +229,31 @@ class Settings(BaseSettings):
     )
 
     # --- worker --------------------------------------------------------------------------
-    worker_concurrency: int = Field(2, ge=1, description="Celery worker processes")
+    worker_pool: Literal["loop", "prefork", "threads", "solo"] = Field(
+        "loop",
+        description="how `decisions worker` runs messages: loop (every message's jobs on the "
+        "process's asyncio loop, DECISIONS_MAX_IN_FLIGHT requests in flight), or a Celery "
+        "pool of DECISIONS_WORKER_CONCURRENCY processes or threads",
+    )
+    worker_concurrency: int = Field(
+        2, ge=1, description="Celery pool processes or threads (prefork, threads, solo pools)"
+    )
+    max_in_flight: int = Field(
+        256,
+        ge=1,
+        description="provider requests in flight at once per worker process and provider "
+        "(any pool); with the loop pool also the jobs running per provider, and twice as many "
+        "messages reserved",
+    )
     handlers: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="modules registering menu handlers (comma-separated or a JSON list)",
     )
     metrics_port: int | None = Field(None, description="Prometheus port (unset: no endpoint)")
     metrics_addr: str = Field(
-        "0.0.0.0", description="address the metrics endpoint listens on (with metrics_port)"
+        "127.0.0.1",
+        description="address the metrics endpoint listens on (with metrics_port); 0.0.0.0 "
+        "where a scraper on another host (a container, a pod) reads it",
     )
     metrics_fleet_interval_s: float = Field(
         15.0, gt=0, description="fleet gauges (ledger, escalations) are read at most this often"
@@ -177,6 +262,17 @@ class Settings(BaseSettings):
         "auto", description="worker logs: JSON lines, console lines, or auto (console on a tty)"
     )
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+    otel_endpoint: str | None = Field(
+        None,
+        validation_alias=AliasChoices("DECISIONS_OTEL_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"),
+        description="OTLP/HTTP base URL for OpenTelemetry traces (spans go to /v1/traces; "
+        "needs the otel extra); unset: no tracing, nothing imported",
+    )
+    # Read by ``decisions`` from the environment before the settings (they may be what is
+    # wrong); declared here so that it is documented with the others.
+    debug: bool = Field(
+        False, description="`decisions` shows an error's traceback, not its one-line explanation"
+    )
     gc_first_threshold: int = Field(
         20_000,
         ge=0,
@@ -187,6 +283,18 @@ class Settings(BaseSettings):
     # --- reviewers -----------------------------------------------------------------------
     escalation_claim_idle_s: float = Field(
         900.0, description="an escalation claimed this long ago by a silent reviewer returns"
+    )
+
+    # --- calibration (shared.calibration) ------------------------------------------------
+    calibration_min_labels: int = Field(
+        30,
+        ge=1,
+        description="labels (effective) a calibrated escalate_below needs; fewer: its fallback",
+    )
+    calibration_ttl_s: float = Field(
+        60.0,
+        gt=0,
+        description="how long a worker keeps a calibrated threshold before reading labels again",
     )
 
     # --- recording responses for replay (tests, CI) ----------------------------------------
@@ -207,13 +315,35 @@ class Settings(BaseSettings):
     console_users: dict[str, ConsoleUser] = Field(
         default_factory=dict, description="logins by name (JSON); none: nobody can log in"
     )
-    console_secret_key: SecretStr | None = Field(
-        None, description="signs session cookies (unset: a random key, sessions end on restart)"
-    )
     console_session_max_age_s: int = Field(8 * 3600, ge=60, description="a login lasts this long")
-    console_https_only: bool = Field(False, description="session cookie only over HTTPS")
+    console_https_only: bool = Field(
+        False,
+        description="the console is served over HTTPS (directly or behind a proxy): Secure "
+        "cookies and HSTS (both also follow a request that arrives over https)",
+    )
+    console_users_file: Path = Field(
+        Path("console-users.json"),
+        description="logins file written by `decisions console add-user` (read if it exists, "
+        "re-read when it changes; adds to DECISIONS_CONSOLE_USERS)",
+    )
+    console_login_free_failures: int = Field(
+        5, ge=1, description="failed logins of an account or address before each waits"
+    )
+    console_login_lockout_max_s: int = Field(
+        900, ge=1, description="longest wait after failed logins (doubling from 2 s)"
+    )
+    console_password_checks: int = Field(
+        2, ge=1, le=64, description="password hashes computed at once (64 MiB each); more: 503"
+    )
 
-    @field_validator("handlers", mode="before")
+    @field_validator("image_stores", mode="after")
+    @classmethod
+    def _store_prefixes(cls, value: list[str]) -> list[str]:
+        from shared.images import store_prefix  # the one reading of an allowlisted prefix
+
+        return [store_prefix(text) for text in value]
+
+    @field_validator("handlers", "image_stores", mode="before")
     @classmethod
     def _module_list(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -222,6 +352,18 @@ class Settings(BaseSettings):
                 return json.loads(text)
             return [part.strip() for part in text.split(",") if part.strip()]
         return value
+
+    @model_validator(mode="after")
+    def _watch_host_keys(self) -> Settings:
+        # A host's key is read from its own variable at request time; scrub it like ours.
+        hosts: list[SystemOneHost | ChatHost] = [
+            *self.systemone_hosts.values(),
+            *self.chat_hosts.values(),
+        ]
+        for host in hosts:
+            if host.key_env:
+                watch_key_env(host.key_env)
+        return self
 
     @model_validator(mode="after")
     def _ceiling_above_default(self) -> Settings:

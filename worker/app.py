@@ -2,9 +2,15 @@
 
 Its settings follow from the ledger's contract: Celery may deliver a message twice, the ledger
 decides whether anything is sent. JSON only (no serializer that runs code on load), late ack,
-requeue when a pool process dies, one message reserved at a time, a visibility timeout well
+requeue when a pool process dies, one message reserved per pool slot (the default pool,
+``worker.process.pool``, runs messages on the process's asyncio loop), a visibility timeout well
 above the longest deadline, and a soft time limit below the hard one, both above the deadline
 ceiling.
+
+No settings object goes into Celery's config: remote control (``celery inspect conf``,
+``report``) and Flower read that config, and the settings hold the ledger's and the streams'
+URLs with their passwords. A worker's settings are its context's (``worker.process.context``); the
+one URL Celery must have, the broker's, Celery masks itself wherever it shows it.
 """
 
 from __future__ import annotations
@@ -19,9 +25,12 @@ from celery import Celery, signals
 from shared import keys
 from shared.errors import ConfigurationError
 from shared.settings import Settings, get_settings
-from worker import logs, metrics
+from worker.observability import metrics
+from worker.process import broker, logs
 
-__all__ = ["app", "check_visibility_timeout", "create_app", "time_limits"]
+__all__ = [
+    "app", "check_visibility_timeout", "create_app", "pool_settings", "time_limits"
+]
 
 
 def time_limits(settings: Settings) -> tuple[float, float]:
@@ -44,9 +53,20 @@ def check_visibility_timeout(settings: Settings) -> None:
         )
 
 
+def pool_settings(settings: Settings) -> tuple[str, int]:
+    """(Celery's ``worker_pool``, ``worker_concurrency``): the loop pool reserves twice as
+    many messages as it keeps jobs running per provider (``worker.process.pool``)."""
+    if settings.worker_pool == "loop":
+        return "worker.process.pool:LoopPool", 2 * settings.max_in_flight
+    return settings.worker_pool, settings.worker_concurrency
+
+
 def create_app(settings: Settings | None = None, **overrides: Any) -> Celery:
     settings = settings or get_settings()
     soft, hard = time_limits(settings)
+    pool, concurrency = pool_settings(settings)
+    # kombu's Redis transport with a Redis-restart crash mended (worker.process.broker).
+    broker.install()
     celery = Celery("decisions", set_as_current=False)
     celery.conf.update(
         broker_url=settings.broker_url,
@@ -57,6 +77,8 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
+        worker_pool=pool,
+        worker_concurrency=concurrency,
         worker_cancel_long_running_tasks_on_connection_loss=True,
         task_soft_time_limit=soft,
         task_time_limit=hard,
@@ -68,11 +90,13 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> Celery:
             "unacked_restore_throttle": settings.unacked_restore_throttle,
         },
         worker_hijack_root_logger=False,
-        worker_send_task_events=True,
+        # Off: three event publishes a message were a tenth of a single-job worker's CPU
+        # (bench/README.md). Flower turns them on itself (its ``enable_events``, on by
+        # default); ``celery -A worker.app control enable_events`` for other monitors.
+        worker_send_task_events=False,
         task_send_sent_event=False,
     )
     celery.conf.update(overrides)
-    celery.conf.decisions_settings = settings
     from worker.tasks import register
 
     register(celery)
@@ -97,7 +121,7 @@ def _refuse_bad_visibility(sender: Any = None, **_: Any) -> None:
 def _start_reaper(sender: Any = None, **_: Any) -> None:
     interval = get_settings().reaper_interval_s
     if interval > 0:
-        from worker.reaper import ReaperThread
+        from worker.recovery.reaper import ReaperThread
 
         ReaperThread(interval).start()
 
@@ -150,6 +174,16 @@ def _fleet_ready(sender: Any = None, **_: Any) -> None:
 def _fleet_stopping(sig: Any = None, how: Any = None, **_: Any) -> None:
     metrics.on_shutting_down()
     structlog.get_logger("decisions.worker").info("worker.stopping", signal=sig, how=how)
+
+
+@signals.worker_shutting_down.connect
+def _bounded_shutdown(**_: Any) -> None:
+    # A warm shutdown waits for the tasks running; one that a stuck handler holds would keep it
+    # waiting for ever (the threads pool has no time limits): past the hard limit, it ends.
+    from worker.process import liveness
+
+    _soft, hard = time_limits(get_settings())
+    liveness.exit_after(hard, "the warm shutdown outlasted the task hard time limit")
 
 
 @signals.worker_shutdown.connect

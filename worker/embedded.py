@@ -4,16 +4,22 @@ The broker is kombu's in-memory transport, the worker a solo-pool WorkController
 the ledger SQLite in the working directory and the replies an in-process sink; the tasks, the
 runner and the ledger code are the fleet's own. Run twice on the same batch, the ledger
 replays every stored outcome and nothing is sent again.
+
+``at_the_faux`` points every provider and chat runtime at the faux (``decisions run`` does,
+unless ``--live``), so a batch naming ``parallel`` or ``openrouter`` is answered on this
+machine, with placeholder keys, whatever keys the environment holds.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,12 +31,11 @@ from shared import keys
 from shared.client import Client
 from shared.replies import TERMINAL_TYPES, parse_reply
 from shared.settings import Settings
-from worker import context
-from worker.app import create_app
+from worker.delivery.sinks import MemorySink
 from worker.ledger import Ledger
-from worker.sinks import MemorySink
+from worker.process import context
 
-__all__ = ["EmbeddedWorker", "RunSummary", "run_batch"]
+__all__ = ["EmbeddedWorker", "RunSummary", "at_the_faux", "run_batch"]
 
 #: kombu's memory transport polls; a second by default, far too slow for a batch.
 MEMORY_POLLING_INTERVAL_S = 0.005
@@ -120,11 +125,65 @@ class RunSummary:
     cost_usd_this_run: float = 0.0
     cost_usd_total: float = 0.0
     cost_unknown_calls: int = 0
+    #: Of ``by_type["rejected"]``, the lines the Client refused before queueing them.
+    rejected_at_submit: int = 0
     outputs: dict[str, Path] = field(default_factory=dict)
 
 
 def embedded_settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"broker_url": "memory://localhost/"})
+    # The embedded run asks for the faux explicitly: a batch naming no provider is answered
+    # on this machine (``decisions run --live`` too, for the jobs that rely on the default).
+    return settings.model_copy(
+        update={"broker_url": "memory://localhost/", "faux_in_process": True}
+    )
+
+
+@contextmanager
+def at_the_faux(settings: Settings) -> Iterator[tuple[Settings, str]]:
+    """``settings`` with every provider, System One host, chat runtime and chat host at the
+    faux, and ``(settings, faux URL)``: the ``decisions faux serve`` at ``faux_url`` if one is
+    set, else a faux of this process on a loopback port. While inside, every key variable
+    holds a placeholder (a real key is never sent, not even to the faux) and nothing is
+    recorded (``decisions record``: the faux's made-up answers are never saved as real)."""
+    # Imported here: the fakes load only when asked for (a production worker never is).
+    from worker.providers.observers import recording_paused
+    from worker.testing.handles import provider_urls
+    from worker.testing.live import PLACEHOLDER_KEY, key_variables
+
+    with _faux_server(settings) as url, recording_paused():
+        update: dict[str, Any] = dict(provider_urls(url))
+        update["systemone_hosts"] = {
+            name: host.model_copy(update={"base_url": url})
+            for name, host in settings.systemone_hosts.items()
+        }
+        # The faux answers chat completions on OpenAI's path (and OpenRouter's).
+        update["chat_hosts"] = {
+            name: host.model_copy(update={"base_url": url, "path": "/v1/chat/completions"})
+            for name, host in settings.chat_hosts.items()
+        }
+        variables = {v for v in key_variables(settings).values() if v}
+        variables |= {h.key_env for h in settings.chat_hosts.values() if h.key_env}
+        saved = {name: os.environ.get(name) for name in variables}
+        os.environ.update(dict.fromkeys(variables, PLACEHOLDER_KEY))
+        try:
+            yield settings.model_copy(update=update), url
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+
+@contextmanager
+def _faux_server(settings: Settings) -> Iterator[str]:
+    if settings.faux_url:
+        yield settings.faux_url.rstrip("/")
+        return
+    from worker.testing.faux import FauxBehaviour, FauxServer
+
+    with FauxServer(behaviour=FauxBehaviour(latency_ms=settings.faux_latency_ms)) as server:
+        yield server.url
 
 
 def run_batch(
@@ -139,32 +198,53 @@ def run_batch(
 ) -> RunSummary:
     """Submit ``lines`` (job objects) to an embedded worker and wait for every terminal message
     (``pack``: as ``Client.submit_batch``)."""
+    # Imported here: worker.app reads the settings as it loads, and the command that imports
+    # this module must be able to report bad settings itself.
+    from worker.app import create_app
+
     settings = embedded_settings(settings)
     Ledger.from_settings(settings).migrate()
     sink = MemorySink()
     context.configure(settings=settings, sink=sink)
+    # Built here, before the worker: a setting that stops every task (an unknown default
+    # provider, a handler module that does not import) fails the run at once, by its name.
+    context.current()
     celery_app = create_app(
         settings, broker_transport_options={"polling_interval": MEMORY_POLLING_INTERVAL_S}
     )
     client = Client(settings, celery_app=celery_app, publisher=sink)
     jobs = [_with_reply_to(line, default_reply_to) for line in lines]
     started = time.monotonic()
-    with EmbeddedWorker(celery_app):
-        report = client.submit_batch(jobs, pack=pack)
-        # Rejections at submit are already in the sink; wait for every queued job's message.
-        expected = set(report.job_ids)
-        while True:
-            done = expected & {m.job_id for m in sink.snapshot() if m.type in TERMINAL_TYPES}
-            if on_progress:
-                on_progress(len(done), len(expected))
-            if done >= expected:
-                break
-            if timeout_s is not None and time.monotonic() - started > timeout_s:
-                raise TimeoutError(f"{len(expected - done)} job(s) without a terminal message")
-            time.sleep(0.05)
+    failures: list[BaseException] = []
+
+    def on_failure(sender: Any = None, exception: BaseException | None = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is celery_app and exception is not None:
+            failures.append(exception)
+
+    # A task that fails leaves its jobs without a message: waiting for them would never end.
+    signals.task_failure.connect(on_failure, weak=False)
+    try:
+        with EmbeddedWorker(celery_app):
+            report = client.submit_batch(jobs, pack=pack)
+            # Rejections at submit are already in the sink; wait for every queued job's message.
+            expected = set(report.job_ids)
+            while True:
+                done = expected & {m.job_id for m in sink.snapshot() if m.type in TERMINAL_TYPES}
+                if on_progress:
+                    on_progress(len(done), len(expected))
+                if done >= expected:
+                    break
+                if failures:
+                    raise failures[0]
+                if timeout_s is not None and time.monotonic() - started > timeout_s:
+                    raise TimeoutError(f"{len(expected - done)} job(s) without a terminal message")
+                time.sleep(0.05)
+    finally:
+        signals.task_failure.disconnect(on_failure)
     stats = context.current().runner.stats
     summary = _summarise(sink, out_dir)
     summary.requests_sent = stats.requests_sent
+    summary.rejected_at_submit = len(report.rejected)
     summary.cost_usd_this_run = stats.cost_usd
     return summary
 

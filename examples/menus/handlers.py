@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from shared.menus import FromContext
-from worker.handlers import handler
+from worker.kinds.menus.handlers import handler
 
 __all__ = ["escalate_to_human", "issue_refund", "lookup_order"]
 

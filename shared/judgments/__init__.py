@@ -2,19 +2,18 @@
 questions they become, and how many questions fit in one request).
 
 The job classes are ``shared.jobs.SiftJob``, ``shared.jobs.RouteJob`` and
-``shared.jobs.DecideJob`` (its ``verify``); this package never imports ``shared.jobs``, which
-imports it.
+``shared.jobs.DecideJob`` (its ``verify``); this ``__init__`` never imports ``shared.jobs``,
+which imports it. The terminal-message builders (``shared.judgments.sift``, ``route``,
+``verify``, from ``steps``' results) do, and are imported by their own names.
 """
 
 from shared.judgments.kinds import JUDGMENT_KINDS, wants_verification
 from shared.judgments.packing import (
-    BYTES_PER_TOKEN,
     PARALLEL_PACK_LIMITS,
     SYSTEM_ONE_CONTEXT_TOKENS,
     SYSTEM_ONE_PACK_LIMITS,
     SYSTEM_ONE_REQUEST_TOKENS,
     PackLimits,
-    estimate_tokens,
     pack,
     pack_limits_for,
 )
@@ -39,7 +38,6 @@ from shared.judgments.specs import (
 )
 
 __all__ = [
-    "BYTES_PER_TOKEN",
     "DEFAULT_ROUTE_INSTRUCTIONS",
     "HIGH_STAKES_VERIFY_COUNT",
     "JUDGMENT_KINDS",
@@ -56,7 +54,6 @@ __all__ = [
     "SiftFields",
     "SiftItemValue",
     "VerifySpec",
-    "estimate_tokens",
     "item_id",
     "item_index",
     "pack",

@@ -12,8 +12,7 @@ The limits (``reference/decision-apis.md``):
   reading: a request that fits those is small for any host).
 
 Tokens are estimated as the providers and the faux estimate them, one token per 4 bytes of
-canonical JSON (``worker.providers.httpbase.estimate_input_tokens``). "32k" is read as
-32,000, the smaller reading.
+canonical JSON (``shared.tokens``). "32k" is read as 32,000, the smaller reading.
 
 ``pack`` splits the questions *in order* into consecutive requests, each as full as the
 limits allow. For an ordered split, filling each request before starting the next gives the
@@ -23,27 +22,27 @@ order makes the steps (``sift.0``, ``sift.1``, ...) the same on every delivery.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from shared.canonical import canonical_bytes
 from shared.errors import FieldProblem, JobInvalid
+from shared.tokens import estimate_tokens
 
 __all__ = [
-    "BYTES_PER_TOKEN",
     "PARALLEL_PACK_LIMITS",
     "SYSTEM_ONE_CONTEXT_TOKENS",
     "SYSTEM_ONE_PACK_LIMITS",
     "SYSTEM_ONE_REQUEST_TOKENS",
     "PackLimits",
-    "estimate_tokens",
+    "fits",
     "pack",
     "pack_limits_for",
+    "request_overhead",
+    "split_in_order",
 ]
 
-#: The providers' own estimate: about 4 bytes of the request a token.
-BYTES_PER_TOKEN: Final = 4
 #: System One: the state plus the longest question.
 SYSTEM_ONE_CONTEXT_TOKENS: Final = 32_000
 #: System One: the state plus every question.
@@ -84,10 +83,6 @@ def pack_limits_for(provider: str) -> PackLimits:
     return _BY_NAME.get(provider, SYSTEM_ONE_PACK_LIMITS)
 
 
-def estimate_tokens(size_bytes: int) -> int:
-    return size_bytes // BYTES_PER_TOKEN
-
-
 def pack(
     state: Any,
     questions: Sequence[tuple[str, Mapping[str, Any]]],
@@ -101,31 +96,72 @@ def pack(
     (``{field}.<i>``), so a job that cannot be sent is rejected before anything is.
     """
     state_size = len(canonical_bytes(state))
-    # {"questions":{...},"state":...}: the envelope with no question in it.
-    empty_size = len(canonical_bytes({"questions": {}, "state": state}))
-    requests: list[list[int]] = []
-    current: list[int] = []
-    size = empty_size
+    empty_size = request_overhead(state)
+    entries: list[int] = []
     for index, (qid, question) in enumerate(questions):
         encoded = canonical_bytes(question)
         _check_alone(index, encoded, state_size, empty_size, qid, limits, field)
-        entry = len(canonical_bytes(qid)) + 1 + len(encoded)  # "id":{...}
-        grown = size + entry + (1 if current else 0)  # a comma between entries
-        if current and not _fits(len(current) + 1, grown, limits):
+        entries.append(len(canonical_bytes(qid)) + 1 + len(encoded))  # "id":{...}
+    return split_in_order(
+        len(entries),
+        questions=lambda _: 1,
+        entry_bytes=lambda index, _position: entries[index],
+        empty_size=empty_size,
+        limits=limits,
+    )
+
+
+def request_overhead(state: Any) -> int:
+    """The bytes of ``{"questions":{},"state":...}``: a request with no question in it."""
+    return len(canonical_bytes({"questions": {}, "state": state}))
+
+
+def split_in_order(
+    units: int,
+    *,
+    questions: Callable[[int], int],
+    entry_bytes: Callable[[int, int], int],
+    empty_size: int,
+    limits: PackLimits,
+    alone: Callable[[int], bool] = lambda _: False,
+) -> list[list[int]]:
+    """The one request splitter: units ``0..units-1`` split in order, each request as full
+    as ``limits`` allow before the next starts.
+
+    A unit is one question (``pack``) or one job's questions (``shared.packs``):
+    ``questions(i)`` is how many it adds, ``entry_bytes(i, position)`` its bytes at that
+    position in its request (a packed job's ids carry its position). A unit for which
+    ``alone(i)`` holds gets a request of its own.
+    """
+    requests: list[list[int]] = []
+    current: list[int] = []
+    entries, count = 0, 0  # bytes of the current request's entries, and its questions
+    for index in range(units):
+        if alone(index):
+            if current:
+                requests.append(current)
+                current, entries, count = [], 0, 0
+            requests.append([index])
+            continue
+        added, more = entry_bytes(index, len(current)), questions(index)
+        if current and not fits(count + more, empty_size + entries + added, limits):
             requests.append(current)
-            current, grown = [], empty_size + entry
+            current, entries, count = [], 0, 0
+            added = entry_bytes(index, 0)
         current.append(index)
-        size = grown
+        entries, count = entries + added, count + more
     if current:
         requests.append(current)
     return requests
 
 
-def _fits(count: int, size: int, limits: PackLimits) -> bool:
+def fits(count: int, size: int, limits: PackLimits) -> bool:
+    """Whether ``count`` questions whose entries and envelope take ``size`` bytes (the
+    commas between entries added here) go in one request."""
     if limits.max_questions is not None and count > limits.max_questions:
         return False
     cap = limits.max_request_tokens
-    return cap is None or estimate_tokens(size) <= cap
+    return cap is None or estimate_tokens(size + max(count - 1, 0)) <= cap
 
 
 def _check_alone(
@@ -150,7 +186,7 @@ def _check_alone(
             f"at most {limits.max_context_tokens}"
         )])
     alone = empty_size + len(canonical_bytes(qid)) + 1 + len(encoded)
-    if not _fits(1, alone, limits):
+    if not fits(1, alone, limits):
         raise JobInvalid([FieldProblem(
             where, f"a request with it alone is about {estimate_tokens(alone)} tokens; "
             f"at most {limits.max_request_tokens}"

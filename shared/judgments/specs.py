@@ -6,9 +6,10 @@ can import this module without a cycle.
 
 - ``sift``: ``items`` (strings, objects or arrays) and one yes/no ``question`` applied to
   each item, with an optional shared ``state``. An item is kept when p(yes) >= 0.5.
-- ``route``: a choice over named ``routes`` about a ``state``; a refusal, an unknown outcome
-  or a confidence below ``floor`` takes the ``unsure`` route when one is named (instead of
-  escalating), and the reply's ``route_reason`` says which.
+- ``route``: a choice over named ``routes`` about a ``state``; a refusal or a confidence below
+  ``floor`` takes the ``unsure`` route when one is named (instead of escalating), and the
+  reply's ``route_reason`` says which. A lost call (unknown outcome) escalates
+  ``decision_interrupted`` either way.
 - ``verify`` (on a decide job): ``count`` more decisions (1 to 4; default 1, or 2 with
   ``stakes: "high"``) on the same questions from the ``provider``/``model`` named here.
 """
@@ -19,7 +20,13 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, field_validator, model_validator
 
-from shared.questions import MAX_CHOICE_OPTIONS, Instructions, NoulQuestion, State
+from shared.questions import (
+    MAX_CHOICE_OPTIONS,
+    CalibratedFloor,
+    Instructions,
+    NoulQuestion,
+    State,
+)
 
 __all__ = [
     "DEFAULT_ROUTE_INSTRUCTIONS",
@@ -105,6 +112,17 @@ class SiftFields(_Provided):
             raise ValueError("state must not be empty")
         return value
 
+    @field_validator("question")
+    @classmethod
+    def _fixed_floor(cls, value: NoulQuestion) -> NoulQuestion:
+        # A sift's items are not labelled one by one (yet): its floor is a number.
+        if isinstance(value.escalate_below, CalibratedFloor):
+            raise ValueError(
+                "escalate_below: a sift's floor is a number from 0 to 1; calibrated floors "
+                "are for decide jobs' questions"
+            )
+        return value
+
 
 class RouteFields(_Provided):
     """A choice over named routes with an optional ``unsure`` branch (``kind: "route"``)."""
@@ -116,7 +134,7 @@ class RouteFields(_Provided):
     instructions: Instructions = DEFAULT_ROUTE_INSTRUCTIONS
     unsure: str | None = Field(
         None, min_length=1,
-        description="taken on a refusal, an unknown outcome or a confidence below the floor; "
+        description="taken on a refusal or a confidence below the floor (a lost call escalates); "
         "a route of its own, or one of ``routes``",
     )
     floor: float | None = Field(None, ge=0.0, le=1.0, description="lowest confidence accepted")

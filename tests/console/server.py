@@ -15,13 +15,21 @@ from tests.support.processes import DECISIONS, decisions_env, stop, wait_http
 from tests.support.services import free_port, redis_url
 from worker.console import hash_password
 
-__all__ = ["CANARY_KEY", "PASSWORDS", "SECRET_KEY", "Visitor", "console_env", "console_server"]
+__all__ = [
+    "CANARY_KEY",
+    "PASSWORDS",
+    "Visitor",
+    "console_env",
+    "console_process",
+    "console_server",
+]
 
 PASSWORDS = {"ann": "ann-pass-1", "bob": "bob-pass-2", "rita": "rita-pass-3"}
 ROLES = {"ann": "reviewer", "bob": "reviewer", "rita": "read_only"}
 #: Must never appear on a page: a provider key in the console's environment, its secret.
 CANARY_KEY = "sk-or-v1-canary0123456789abcdef"
-SECRET_KEY = "console-secret-canary-4242"
+#: No logins file unless a test names one (never one in the directory the tests run from).
+NO_USERS_FILE = "/nonexistent/console-users.json"
 _HASHES = {name: hash_password(password) for name, password in PASSWORDS.items()}
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
@@ -33,8 +41,7 @@ def console_env(redis_db: int, ledger_url: str, **extra: str) -> dict[str, str]:
         broker_url=redis_url(redis_db),
         ledger_url=ledger_url,
         console_users=json.dumps(users),
-        console_secret_key=SECRET_KEY,
-        **extra,
+        **{"console_users_file": NO_USERS_FILE, **extra},
     )
     env["OPENROUTER_API_KEY"] = CANARY_KEY
     return env
@@ -43,6 +50,15 @@ def console_env(redis_db: int, ledger_url: str, **extra: str) -> dict[str, str]:
 @contextmanager
 def console_server(env: dict[str, str], log: Path) -> Iterator[str]:
     """``decisions console`` on a free loopback port; yields its base URL."""
+    with console_process(env, log) as (url, _):
+        yield url
+
+
+@contextmanager
+def console_process(
+    env: dict[str, str], log: Path
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``decisions console`` on a free loopback port; yields its base URL and process."""
     port = free_port()
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -53,8 +69,8 @@ def console_server(env: dict[str, str], log: Path) -> Iterator[str]:
         )
         url = f"http://127.0.0.1:{port}"
         try:
-            wait_http(f"{url}/healthz", proc)
-            yield url
+            wait_http(f"{url}/healthz", proc, timeout_s=60)
+            yield url, proc
         finally:
             stop(proc)
 
@@ -88,7 +104,7 @@ class Visitor:
         self.get("/login")
         response = self.post(
             "/login",
-            {"username": name, "password": PASSWORDS[name] if password is None else password},
+            {"username": name, "password": password if password is not None else PASSWORDS[name]},
         )
         if response.status_code == 303:
             # The token is renewed at login: the next page carries the one forms need now.

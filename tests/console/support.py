@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis
 
-from shared.jobs import parse_job
-from shared.replies import Answer, EscalationMessage, EscalationReason
+from shared.job_parsing import parse_job
+from shared.judgments import item_id
+from shared.judgments.sift import sift_context
+from shared.replies import Answer, EscalationMessage, EscalationReason, SiftItem
 from shared.streams import publish_once
-from worker.verdicts import escalation
+from shared.verdicts import escalation
+from worker.ledger import CallOutcome, Ledger
 
-__all__ = ["REDIS_DB", "REPLIES", "decide_job", "menu_escalation", "publish", "refused_escalation"]
+__all__ = [
+    "REDIS_DB",
+    "REPLIES",
+    "decide_job",
+    "finished_job",
+    "menu_escalation",
+    "publish",
+    "refused_escalation",
+    "sift_escalation",
+]
 
 #: The console's tests own this Redis database (emptied before and after each use).
 REDIS_DB = 14
@@ -92,4 +105,70 @@ def publish(r: redis.Redis, message: EscalationMessage) -> None:
         message_type="escalation",
         message_json=message.to_json(),
         escalation=True,
+    )
+
+
+def finished_job(ledger: Ledger, job_id: str, batch: str, *, status: str = "answered") -> None:
+    deadline = datetime.now(UTC) + timedelta(minutes=5)
+    ledger.open_job(
+        job_id=job_id,
+        kind="decide",
+        batch=batch,
+        reply_to=REPLIES,
+        fingerprint=job_id,
+        deadline=deadline,
+        job_json="{}",
+    )
+    ledger.claim(
+        job_id=job_id,
+        step="decide",
+        provider="faux",
+        model=None,
+        request_sha256=None,
+        lease_expires=deadline,
+    )
+    outcome = CallOutcome(step="decide", status=status, cost_usd=0.001, cost_basis="estimate")  # type: ignore[arg-type]
+    kind, reason = (
+        ("result", None) if status == "answered" else ("escalation", "decision_interrupted")
+    )
+    ledger.finish_job(
+        job_id=job_id, message_type=kind, reason=reason, message_json="{}", outcome=outcome
+    )
+
+
+def sift_escalation(
+    job_id: str, items: int, *, decided: int = 0, batch: str = "b1", reply_to: str = REPLIES
+) -> EscalationMessage:
+    """A sift of ``items`` tickets whose first ``decided`` items the machine answered (even
+    indexes yes) and refused the rest, escalated as a worker escalates it."""
+    job = parse_job(
+        {
+            "id": job_id,
+            "kind": "sift",
+            "reply_to": reply_to,
+            "batch": batch,
+            "items": [f"ticket {i}: <b>refund</b> please" for i in range(items)],
+            "question": {"type": "noul", "instructions": "Does it ask for a refund?"},
+        }
+    )
+    answers = {
+        item_id(i): Answer(type="noul", value=i % 2 == 0, probability=0.9, confidence=0.9)
+        for i in range(decided)
+    }
+    sift_items = [
+        SiftItem(index=i, status="decided", keep=i % 2 == 0, probability=0.9, confidence=0.9)
+        if i < decided
+        else SiftItem(index=i, status="refused")
+        for i in range(items)
+    ]
+    return EscalationMessage(
+        job_id=job_id,
+        batch=batch,
+        kind="sift",
+        reason="decision_refused",
+        detail=f"{items - decided} refused",
+        context=sift_context(job),
+        answers=answers,
+        reply_to=reply_to,
+        items=sift_items,
     )

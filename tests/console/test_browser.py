@@ -25,7 +25,7 @@ from shared.settings import Settings
 from shared.streams import read_stream
 from tests.console.browser import chromium
 from tests.console.server import PASSWORDS, console_env, console_server
-from tests.console.support import REDIS_DB
+from tests.console.support import REDIS_DB, publish, sift_escalation
 from tests.support.processes import faux_server, worker_process
 from tests.support.services import redis_database, redis_url
 
@@ -429,3 +429,30 @@ def test_the_batch_pages_show_progress_cost_and_the_unknown_call(
         rita.shot("11-batch")
     finally:
         rita.close()
+
+
+def test_a_big_sift_is_answered_in_bulk_and_the_batch_page_shows_who_did_what(
+    ann: Reviewer, fleet: Fleet
+) -> None:
+    publish(
+        fleet.redis,
+        sift_escalation("e2e-sift", 500, decided=100, batch="e2e-sift", reply_to=REPLIES),
+    )
+    ann.open("e2e-sift")
+    page = ann.page
+    assert page.locator("table.items tbody tr").count() == 100
+    assert "page 1 of 5" in page.locator("nav.pager").first.inner_text()
+    assert "ticket 7: <b>refund</b> please" in page.locator("tr#q7 td.item").inner_text()
+    ann.shot("12-escalation-sift")
+    page.check("input[name=bulk][value=keep-false]")
+    page.check("tr#q51 input[value=true]")
+    ann.publish()
+    answer = resolutions(fleet)["e2e-sift"]["answer"]
+    assert len(answer) == 500 and answer["item.51"] is True and answer["item.0"] is True
+    assert sum(1 for v in answer.values() if v) == 51  # the machine's 50 yes, and item 51
+    ann.go(f"/batches/view?batch={BATCH}")
+    actions = ann.page.locator("section", has_text="Reviewers' actions").inner_text()
+    for job_id in ("e2e-refused", "e2e-low", "e2e-lost", "e2e-menu"):
+        assert job_id in actions
+    assert "resolve" in actions and "release" in actions and "ann" in actions
+    ann.shot("13-batch-audit")

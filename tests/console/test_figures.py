@@ -174,3 +174,21 @@ def test_the_chart_draws_cumulative_lines_inside_its_plot(ledger: Ledger, clock:
         ys = [y for _, y in xs_ys]
         assert ys == sorted(ys, reverse=True)  # cumulative: never goes down (SVG y grows down)
     assert progress_chart([]).empty
+
+
+def test_the_timeline_ends_at_the_totals_however_the_span_divides() -> None:
+    """A span that 12 does not divide in microseconds used to end the last point short of
+    the last finished job (238/204 of 240/206 in the chart and the "over time" table)."""
+    from worker.console.figures import JobTiming, timeline
+
+    start = T0
+    timings = [
+        JobTiming(
+            f"j{i}", start, start + timedelta(microseconds=1_000_007 * (i + 1)), "result", None, 0.0
+        )
+        for i in range(5)
+    ]
+    points = timeline(timings, now=start + timedelta(hours=1))
+    assert points[-1].submitted == 5
+    assert points[-1].by_type == {"result": 5}
+    assert points[-1].at == max(t.finished_at for t in timings if t.finished_at)

@@ -5,9 +5,23 @@ from __future__ import annotations
 import pytest
 
 from shared.errors import FieldProblem, ResolutionInvalid
+from shared.jobs import DecideJob
 from shared.resolutions import check_resolution
-from tests.console.support import MENU_OPTIONS, menu_escalation, refused_escalation
-from worker.console.decide_form import decide_answer, decide_fields
+from shared.verdicts import escalation
+from tests.console.support import (
+    MENU_OPTIONS,
+    menu_escalation,
+    refused_escalation,
+    sift_escalation,
+)
+from worker.console.decide_form import (
+    MACHINE,
+    PAGE_SIZE,
+    decide_answer,
+    decide_fields,
+    paged,
+    uses_bulk,
+)
 from worker.console.menu_form import RAW_FIELD, menu_answer, menu_choices
 
 
@@ -146,3 +160,71 @@ def test_an_escalation_without_a_usable_encoding_falls_back_to_raw_json() -> Non
     del message.context["options"]
     assert menu_choices(message) is None
     assert menu_answer(None, {RAW_FIELD: '{"call": "done"}'}) == ({"call": "done"}, [])
+
+
+def test_a_bulk_answer_fills_what_the_page_leaves_and_the_page_overrides_it() -> None:
+    message = sift_escalation("s1", 6, decided=3)  # 0 yes, 1 no, 2 yes; 3-5 refused
+    fields = decide_fields(message)
+    assert uses_bulk(message, fields)
+    assert [f.required for f in fields] == [False] * 3 + [True] * 3
+    assert [f.item_text for f in fields][:1] == ["ticket 0: <b>refund</b> please"]
+
+    def resolved(form: dict[str, str]) -> list[bool]:
+        answer = check_resolution(message, decide_answer(fields, form))
+        return [answer[f"item.{i}"] for i in range(6)]
+
+    assert resolved({"bulk": "keep-false"}) == [True, False, True, False, False, False]
+    assert resolved({"bulk": "keep-true", "q0": "false"}) == [False, False, True, True, True, True]
+    assert resolved({"bulk": "false", "q4": "true"}) == [False] * 4 + [True, False]
+    assert resolved({"bulk": "true", "q1": MACHINE}) == [True, False, True, True, True, True]
+    with pytest.raises(ResolutionInvalid) as refused:
+        check_resolution(message, decide_answer(fields, {"bulk": "keep"}))
+    assert [p.field for p in refused.value.problems] == [
+        "answer.item.3",
+        "answer.item.4",
+        "answer.item.5",
+    ]
+
+
+def test_an_interrupted_sift_keeps_the_machines_answers_by_sending_them() -> None:
+    message = sift_escalation("s1", 4, decided=2).model_copy(
+        update={"reason": "decision_interrupted"}
+    )
+    fields = decide_fields(message)
+    assert all(f.required for f in fields)
+    answer = decide_answer(fields, {"bulk": "keep-false"})
+    assert answer == {"item.0": True, "item.1": False, "item.2": False, "item.3": False}
+
+
+def test_pages_split_the_questions_and_clamp_the_page_asked() -> None:
+    fields = decide_fields(sift_escalation("s1", 2 * PAGE_SIZE + 5))
+    assert [
+        (p.page, p.pages, len(p.shown)) for p in map(lambda n: paged(fields, n), (0, 2, 9))
+    ] == [
+        (1, 3, PAGE_SIZE),
+        (2, 3, PAGE_SIZE),
+        (3, 3, 5),
+    ]
+    small = decide_fields(refused_escalation("j1"))
+    assert not uses_bulk(refused_escalation("j1"), small)
+
+
+def test_a_decide_with_many_questions_is_paged_and_takes_a_bulk_answer() -> None:
+    # More questions than a page: a job over the 100-question input limit (shared.limits)
+    # is never queued, but an escalation stored by an older worker may carry one.
+    questions = {f"q{i}": {"type": "noul", "instructions": f"Is {i} odd?"} for i in range(150)}
+    questions["team"] = {"type": "choice", "instructions": "Team?", "criteria": {"a": None}}
+    job = DecideJob.model_validate(
+        {"id": "many", "reply_to": "r", "state": "s", "questions": questions}
+    )
+    message = escalation(job, "decision_interrupted", "lost", [], None)
+    fields = decide_fields(message)
+    assert uses_bulk(message, fields) and paged(fields, 2).shown[-1].question_id == "team"
+    answer = decide_answer(fields, {"bulk": "false", "q150": "a", "q3": "true"})
+    resolved = check_resolution(message, answer)
+    assert resolved["team"] == "a" and resolved["q3"] is True
+    assert sum(1 for v in resolved.values() if v is True) == 1
+    # A choice question is never filled by a yes/no bulk answer: it needs its own.
+    with pytest.raises(ResolutionInvalid) as refused:
+        check_resolution(message, decide_answer(fields, {"bulk": "false"}))
+    assert [p.field for p in refused.value.problems] == ["answer.team"]

@@ -8,7 +8,6 @@ import io
 import json
 import re
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
@@ -19,7 +18,6 @@ from shared.streams import read_stream
 from tests.console.server import (
     CANARY_KEY,
     PASSWORDS,
-    SECRET_KEY,
     Visitor,
     console_env,
     console_server,
@@ -27,6 +25,7 @@ from tests.console.server import (
 from tests.console.support import (
     REDIS_DB,
     REPLIES,
+    finished_job,
     menu_escalation,
     publish,
     refused_escalation,
@@ -34,7 +33,7 @@ from tests.console.support import (
 from tests.support.services import redis_database
 from worker.console import menu_checker
 from worker.console.app import _routes
-from worker.ledger import CallOutcome, Ledger
+from worker.ledger import Ledger
 
 pytestmark = pytest.mark.integration
 
@@ -206,7 +205,7 @@ def test_no_key_secret_or_password_hash_is_ever_shown(
     publish(r, refused_escalation("j1"))
     publish(r, menu_escalation("m1"))
     with Ledger(served[1]) as ledger:
-        _finished_job(ledger, "j1", "b1")
+        finished_job(ledger, "j1", "b1")
     ann = logged_in(visitors, "ann")
     entries = [e.entry_id for e in EscalationQueue(r).open()]
     pages = [
@@ -219,7 +218,7 @@ def test_no_key_secret_or_password_hash_is_ever_shown(
         ann.get("/escalations/1-1"),
     ]
     hashes = json.loads(console_env(REDIS_DB, "x")["DECISIONS_CONSOLE_USERS"])
-    secrets = [CANARY_KEY, SECRET_KEY, *PASSWORDS.values()]
+    secrets = [CANARY_KEY, *PASSWORDS.values()]
     secrets += [u["password_hash"] for u in hashes.values()]
     for page in pages:
         for secret in secrets:
@@ -319,8 +318,8 @@ def test_the_batches_pages_show_the_ledger(
 ) -> None:
     with Ledger(served[1]) as ledger:
         for i in range(3):
-            _finished_job(ledger, f"batch-page-{i}", "<b>bp</b>")
-        _finished_job(ledger, "batch-page-lost", "<b>bp</b>", status="unknown")
+            finished_job(ledger, f"batch-page-{i}", "<b>bp</b>")
+        finished_job(ledger, "batch-page-lost", "<b>bp</b>", status="unknown")
     rita = logged_in(visitors, "rita")
     listing = rita.get("/batches")
     assert "/batches/view?batch=%3Cb%3Ebp%3C/b%3E" in listing.text
@@ -329,35 +328,15 @@ def test_the_batches_pages_show_the_ledger(
     assert page.status_code == 200 and "<svg" in page.text and "<b>bp" not in page.text
     assert "batch-page-lost" in page.text  # an unknown call, and among the slowest
     assert "no estimate" in page.text
+    assert "No budget" in page.text
+    with Ledger(served[1]) as ledger:
+        ledger.set_budget("<b>bp</b>", 2.5)
+    budgeted = rita.get("/batches/view", batch="<b>bp</b>").text
+    card = budgeted.split('id="budget"', 1)[1].split("</section>", 1)[0]
+    # The batch booked its calls before the budget: they count against it from the start.
+    assert "$2.50" in card and "spent before the budget" in card and "left" in card
+    assert "<b>bp" not in card
     assert rita.get("/batches/view", batch="nope").status_code == 404
-
-
-def _finished_job(ledger: Ledger, job_id: str, batch: str, *, status: str = "answered") -> None:
-    deadline = datetime.now(UTC) + timedelta(minutes=5)
-    ledger.open_job(
-        job_id=job_id,
-        kind="decide",
-        batch=batch,
-        reply_to=REPLIES,
-        fingerprint=job_id,
-        deadline=deadline,
-        job_json="{}",
-    )
-    ledger.claim(
-        job_id=job_id,
-        step="decide",
-        provider="faux",
-        model=None,
-        request_sha256=None,
-        lease_expires=deadline,
-    )
-    outcome = CallOutcome(step="decide", status=status, cost_usd=0.001, cost_basis="estimate")  # type: ignore[arg-type]
-    kind, reason = (
-        ("result", None) if status == "answered" else ("escalation", "decision_interrupted")
-    )
-    ledger.finish_job(
-        job_id=job_id, message_type=kind, reason=reason, message_json="{}", outcome=outcome
-    )
 
 
 def _error_after(html: str, input_marker: str) -> bool:
@@ -370,3 +349,26 @@ def _fieldset(html: str, name: str) -> str:
     found = re.search(rf'<fieldset class="[^"]*" id="{name}">.*?</fieldset>', html, re.S)
     assert found, name
     return found.group(0)
+
+
+def test_the_state_comes_before_the_form_and_a_call_not_sent_cost_nothing(
+    r: redis.Redis, visitors: dict[str, Visitor]
+) -> None:
+    from shared.replies import Receipt
+    from shared.verdicts import escalation
+    from tests.console.support import decide_job
+
+    unsent = Receipt(step="decide", provider="parallel", status="not_sent", error_code="too_big")
+    message = escalation(
+        decide_job("j-unsent", state={"ticket": "printer on fire"}),
+        "decision_interrupted",
+        "test",
+        [unsent],
+        {},
+    )
+    publish(r, message)
+    page = logged_in(visitors, "ann").get(f"/escalations/{only_entry(r)}").text
+    assert page.index("<h2>State</h2>") < page.index("<h2>Questions</h2>")
+    row = page[page.index("<h2>Receipts</h2>") :]
+    row = row[row.index("not_sent") : row.index("</tr>", row.index("not_sent"))]
+    assert "$0.00" in row and "unknown" not in row

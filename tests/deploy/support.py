@@ -10,7 +10,7 @@ import typer.main
 
 from shared.settings import Settings
 from worker.cli import app as decisions_app
-from worker.settings_doc import env_names
+from worker.cli.settings_doc import env_names
 
 __all__ = [
     "ROOT",
@@ -40,6 +40,10 @@ def _resolve(group: Any, args: list[str], prog: str) -> None:
     rest = list(args)
     path = [prog]
     while (subs := _subcommands(command)) is not None:
+        if getattr(command, "invoke_without_command", False) and (
+            not rest or rest[0].startswith("-")
+        ):
+            break  # a group that runs itself (`decisions console --port N`)
         assert rest and not rest[0].startswith("-"), f"{' '.join(path)}: which subcommand?"
         name = rest.pop(0)
         assert name in subs, f"{' '.join(path)} has no command {name!r}"

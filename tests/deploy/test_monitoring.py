@@ -10,7 +10,8 @@ import yaml
 from tests.deploy.support import ROOT
 
 MONITORING = ROOT / "deploy" / "monitoring"
-METRICS_SOURCE = "\n".join(p.read_text() for p in (ROOT / "worker" / "metrics").glob("*.py"))
+METRICS_FILES = sorted((ROOT / "worker" / "observability" / "metrics").glob("*.py"))
+METRICS_SOURCE = "\n".join(p.read_text() for p in METRICS_FILES)
 
 
 def test_compose_prometheus_scrapes_the_workers_metrics_port() -> None:
@@ -24,6 +25,7 @@ def test_compose_prometheus_scrapes_the_workers_metrics_port() -> None:
 
 
 def test_every_metric_an_alert_names_is_exported() -> None:
+    assert METRICS_FILES, "the metrics package moved: point METRICS_FILES at it"
     rules = yaml.safe_load((MONITORING / "alerts.yml").read_text())["groups"][0]["rules"]
     named = set()
     for rule in rules:

@@ -1,5 +1,5 @@
 """README's operator section carries the settings table, complete and current: generated from
-the settings model by ``python -m worker.settings_doc``."""
+the settings model by ``python -m worker.cli.settings_doc``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from shared.settings import Settings
 from tests.deploy.support import ROOT
-from worker.settings_doc import BEGIN, END, env_names, main, replace_table, settings_table
+from worker.cli.settings_doc import BEGIN, END, env_names, main, replace_table, settings_table
 
 README = ROOT / "README.md"
 
@@ -17,7 +17,8 @@ README = ROOT / "README.md"
 def test_readme_table_is_the_generated_one() -> None:
     text = README.read_text()
     assert replace_table(text, settings_table()) == text, (
-        "README.md's settings table is stale: run `python -m worker.settings_doc --write README.md`"
+        "README.md's settings table is stale: "
+        "run `python -m worker.cli.settings_doc --write README.md`"
     )
     assert main(["--check", str(README)]) == 0
 

@@ -12,15 +12,18 @@ garbage) and a valid job afterwards is still answered.
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import json
 import pickle
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -31,12 +34,14 @@ from shared.jobs import MAX_STATE_BYTES
 from shared.settings import Settings
 from tests.faults.conftest import FleetFactory
 from tests.support.checker import Figures
-from tests.support.fleet import decide_job
-from worker.faux import FauxProvider
+from tests.support.fleet import decide_job, wait_until
+from tests.support.processes import DECISIONS, decisions_env
+from tests.support.services import free_port
+from worker.delivery.sinks import MemorySink
+from worker.kinds.dispatch import Runner
 from worker.ledger import Ledger
 from worker.providers import ProviderRegistry
-from worker.runner import Runner
-from worker.sinks import MemorySink
+from worker.testing.faux import FauxProvider
 
 pytestmark = pytest.mark.faults
 
@@ -81,8 +86,12 @@ def valid(job_id: str) -> dict[str, Any]:
 
 
 NOT_TEXT = st.one_of(
-    st.integers(), st.floats(allow_nan=False), st.booleans(), st.none(),
-    st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers()),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.booleans(),
+    st.none(),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers()),
 )
 NOT_STATE = st.one_of(st.integers(), st.floats(allow_nan=False), st.booleans(), st.none())
 NOT_POSITIVE = st.one_of(st.floats(max_value=0, allow_nan=False), st.integers(max_value=0))
@@ -178,11 +187,15 @@ CASES: list[Callable[..., tuple[str, Any]]] = [
         "urgent", "instructions", st.one_of(st.just(""), NOT_STATE), "questions.urgent.instructions"
     ),
     _question(
-        "urgent", "escalate_below", st.floats(min_value=1.01, max_value=1e9),
+        "urgent",
+        "escalate_below",
+        st.floats(min_value=1.01, max_value=1e9),
         "questions.urgent.escalate_below",
     ),
     _question(
-        "mood", "criteria", st.lists(st.text(max_size=5), min_size=11, max_size=30),
+        "mood",
+        "criteria",
+        st.lists(st.text(max_size=5), min_size=11, max_size=30),
         "questions.mood.criteria",
     ),
     _question(
@@ -199,7 +212,9 @@ CASES: list[Callable[..., tuple[str, Any]]] = [
 
 
 def _names(field: str, problems: list[dict[str, str]]) -> bool:
-    return any(p["field"] == field or p["field"].startswith(field + ".") for p in problems)
+    return any(
+        p["field"] == field or p["field"].startswith((field + ".", field + "[")) for p in problems
+    )
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -278,26 +293,43 @@ def test_garbage_on_the_queue_is_dropped_and_the_worker_keeps_serving(
         (json.dumps([[], {"jobs": []}, {}]).encode(), "application/json", {"task": run_jobs}),
         (json.dumps([[], {}, {}]).encode(), "application/json", _task_headers("decisions.rm_rf")),
         (b'{"hello": "no task header at all"}', "application/json", {}),
-        (pickle.dumps(((), {"jobs": [Boom(canary)]}, {})), "application/x-python-serialize",
-         _task_headers(run_jobs)),
+        (
+            pickle.dumps(((), {"jobs": [Boom(canary)]}, {})),
+            "application/x-python-serialize",
+            _task_headers(run_jobs),
+        ),
         (json.dumps([[1, 2, 3], {}, {}]).encode(), "application/json", _task_headers(run_jobs)),
-        (json.dumps([[], {"jobs": "{not json either"}, {}]).encode(), "application/json",
-         _task_headers(run_jobs)),
-        (json.dumps([[], {"jobs": [42, None, "x", garbage_job, unknown_provider, inner_valid]},
-                     {}]).encode(), "application/json", _task_headers(run_jobs)),
+        (
+            json.dumps([[], {"jobs": "{not json either"}, {}]).encode(),
+            "application/json",
+            _task_headers(run_jobs),
+        ),
+        (
+            json.dumps(
+                [[], {"jobs": [42, None, "x", garbage_job, unknown_provider, inner_valid]}, {}]
+            ).encode(),
+            "application/json",
+            _task_headers(run_jobs),
+        ),
     ]
     with Connection(crew.broker_url) as conn:
         producer = Producer(conn)
         for body, content_type, headers in bodies:
             producer.publish(
-                body, exchange=exchange, routing_key=keys.CELERY_QUEUE, declare=[exchange],
-                content_type=content_type, content_encoding="utf-8", headers=headers,
+                body,
+                exchange=exchange,
+                routing_key=keys.CELERY_QUEUE,
+                declare=[exchange],
+                content_type=content_type,
+                content_encoding="utf-8",
+                headers=headers,
                 serializer=None,
             )
     [last] = crew.jobs(1, "after")
     submitted = crew.submit([last])
-    pairs = crew.pairs([*submitted.job_ids, "bad-queue-garbage", "bad-queue-provider",
-                        "bad-queue-inner"])
+    pairs = crew.pairs(
+        [*submitted.job_ids, "bad-queue-garbage", "bad-queue-provider", "bad-queue-inner"]
+    )
     crew.expect_replies(pairs, timeout_s=60)
     assert worker.alive()
     figures = report(crew.check(pairs, reap=False))
@@ -316,3 +348,259 @@ def test_garbage_on_the_queue_is_dropped_and_the_worker_keeps_serving(
     assert not canary.exists(), "a pickled body was loaded"
     assert "ContentDisallowed" in worker.text() or "untrusted content" in worker.text()
     assert crew.calls().get("bad-queue-inner/decide") == 1
+
+
+# --- poison between good jobs (issue 16): nothing restarts, every good job is answered ----
+
+
+def _group_pids(leader: int) -> set[int]:
+    """Every live process of the worker's process group (its main process and its pool)."""
+    pids = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == leader and fields[0] != "Z":
+            pids.add(int(stat.parent.name))
+    return pids
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+def _body(*jobs: Any) -> bytes:
+    return json.dumps([[], {"jobs": list(jobs)}, {}]).encode()
+
+
+def _text_body(*texts: str) -> bytes:
+    return f'[[], {{"jobs": [{", ".join(texts)}]}}, {{}}]'.encode()
+
+
+def _deep_envelope(job: dict[str, Any]) -> str:
+    """A Redis transport envelope as kombu stores it, with headers 3,000 levels deep."""
+    body = base64.b64encode(_body(job)).decode()
+    headers = json.dumps(_task_headers(keys.RUN_JOBS_TASK))[:-1]
+    headers += ', "deep": ' + "[" * 3_000 + "]" * 3_000 + "}"
+    properties = {
+        "body_encoding": "base64",
+        "delivery_info": {"exchange": keys.CELERY_QUEUE, "routing_key": keys.CELERY_QUEUE},
+        "priority": 0,
+        "delivery_tag": str(uuid.uuid4()),
+    }
+    return (
+        f'{{"body": "{body}", "content-encoding": "utf-8", '
+        f'"content-type": "application/json", "headers": {headers}, '
+        f'"properties": {json.dumps(properties)}}}'
+    )
+
+
+def test_poison_between_good_jobs_restarts_nothing_and_every_job_is_answered(
+    new_fleet: FleetFactory, report: Callable[[Figures], Figures], tmp_path: Path
+) -> None:
+    port = free_port()
+    crew = new_fleet("poison")
+    worker = crew.start_worker(worker_concurrency="2", metrics_port=str(port))
+    # The pool processes start after "ready."; wait for them before taking the pids.
+    wait_until(lambda: len(_group_pids(worker.pid)) >= 3, 30, "the pool processes")
+    pids = _group_pids(worker.pid)
+    stream = crew.stream
+    run_jobs = keys.RUN_JOBS_TASK
+
+    def job(job_id: str, **extra: Any) -> dict[str, Any]:
+        return decide_job(job_id, reply_to=stream, **extra)
+
+    def text(job_id: str, state: str) -> str:
+        return json.dumps(job(job_id, state="STATE")).replace('"STATE"', state)
+
+    rejected = {  # job id -> the field its rejection must name
+        "p-deep-300": "state",
+        "p-deep-600": "state",
+        "p-nan": "state",
+        "p-inf": "state",
+        "p-dup": "state",
+        "p-surrogate": "state",
+        "p-metadata": "metadata",
+        "p-lone-job": "state",
+        "p-in-chunk": "state",
+        "p-big-int": "state",
+        "p-deep-5000": "state",
+    }
+    json_task = ("application/json", lambda: _task_headers(run_jobs))
+    poison: list[tuple[bytes, str, Callable[[], dict[str, Any]]]] = [
+        (_body(job("p-deep-300", state=_nested(300))), *json_task),
+        (_body(job("p-deep-600", state=_nested(600))), *json_task),
+        (_text_body(text("p-nan", '{"x": NaN}')), *json_task),
+        (_text_body(text("p-inf", "[1e400]")), *json_task),
+        (_text_body(text("p-dup", '{"a": 1, "a": 2}')), *json_task),
+        (_text_body(text("p-surrogate", '"\\ud800"')), *json_task),
+        (_text_body(text("p-big-int", "[" + "7" * 200 + "]")), *json_task),
+        (_body(job("p-metadata", metadata={"blob": "x" * 100_000})), *json_task),
+        (
+            json.dumps([[], {"jobs": job("p-lone-job", state=_nested(700))}, {}]).encode(),
+            *json_task,
+        ),
+        (_body(job("p-in-chunk", state=_nested(650)), job("p-chunk-good")), *json_task),
+        # Too deep for the parser: read around it, the rest of the chunk goes on.
+        (
+            _text_body(
+                text("p-deep-5000", "[" * 5_000 + "]" * 5_000),
+                json.dumps(job("p-chunk-good-2")),
+            ),
+            *json_task,
+        ),
+        # Dropped whole: nothing in them can be answered.
+        (b'[[], {"jobs": [' + b"[" * 5_000 + b"]" * 5_000 + b"]}, {}]", *json_task),
+        (_body(job("p-utf8")).replace(b"ticket", b"tick\xffet"), *json_task),
+        (b"\xef\xbb\xbf" + _body(job("p-bom")), *json_task),
+        (b"not json at all", *json_task),
+        (b'{"not": "a task body"}', *json_task),
+        (b"[[], {}, []]", *json_task),
+        (json.dumps([_nested(600), {}, {}]).encode(), *json_task),
+        (
+            pickle.dumps(((), {"jobs": []}, {})),
+            "application/x-python-serialize",
+            lambda: _task_headers(run_jobs),
+        ),
+        (
+            _body(job("p-deep-headers")),
+            "application/json",
+            lambda: {**_task_headers(run_jobs), "kwargsrepr": _nested(600)},
+        ),
+        (
+            _body(job("p-big-headers")),
+            "application/json",
+            lambda: {**_task_headers(run_jobs), "argsrepr": "x" * 100_000},
+        ),
+    ]
+    good = [f"poison-good-{i:02d}" for i in range(len(poison) + 1)]
+    exchange = Exchange(keys.CELERY_QUEUE, type="direct")
+    with Connection(crew.broker_url) as conn:
+        producer = Producer(conn)
+
+        def publish(body: bytes, content_type: str, headers: dict[str, Any]) -> None:
+            producer.publish(
+                body,
+                exchange=exchange,
+                routing_key=keys.CELERY_QUEUE,
+                declare=[exchange],
+                content_type=content_type,
+                content_encoding="utf-8",
+                headers=headers,
+                serializer=None,
+            )
+
+        for i, (body, content_type, headers) in enumerate(poison):
+            publish(_body(job(good[i])), *json_task[:1], _task_headers(run_jobs))
+            publish(body, content_type, headers())
+        # An envelope pushed by hand, its headers too deep for kombu's own reader.
+        crew.broker.lpush(keys.CELERY_QUEUE, _deep_envelope(job("p-envelope")))
+        publish(_body(job(good[-1])), "application/json", _task_headers(run_jobs))
+
+    answered = [*good, "p-chunk-good", "p-chunk-good-2"]
+    pairs = crew.pairs([*answered, *rejected])
+    crew.expect_replies(pairs, timeout_s=90)
+    figures = report(crew.check(pairs, reap=False))
+    assert all(figures.outcomes[j] == "result" for j in answered), figures.outcomes
+    messages = {json.loads(e.message)["job_id"]: json.loads(e.message) for e in crew.entries()}
+    for job_id, field in rejected.items():
+        assert figures.outcomes[job_id] == "rejected", job_id
+        assert _names(field, messages[job_id]["problems"]), (job_id, messages[job_id])
+        assert figures.requests_by_job[job_id] == 0
+    assert messages["p-deep-600"]["problems"][0]["message"].startswith("nested more than")
+    assert _group_pids(worker.pid) == pids, "a worker process restarted"
+    assert worker.alive()
+    log = worker.text()
+    assert "RecursionError" not in log and "Unrecoverable" not in log
+    metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    for reason in (
+        "job_refused",
+        "undecodable",
+        "malformed",
+        "disallowed_content",
+        "oversize_headers",
+    ):
+        assert f'decisions_poison_total{{reason="{reason}"}}' in metrics, reason
+
+
+# --- batch files: one bad line never stops the others ----------------------------------
+
+
+def _hostile_file(path: Path, stream: str) -> Path:
+    """Good jobs on lines 1 and 9; every other line is bad in its own way."""
+
+    def line(job_id: str, state: str = '"fine"') -> bytes:
+        return (
+            json.dumps(decide_job(job_id, reply_to=stream, state="S"))
+            .replace('"S"', state)
+            .encode()
+        )
+
+    lines = [
+        line("file-good-1"),
+        line("file-nan", '{"x": NaN}'),
+        b'{"id": "file-dup", "id": "file-dup2", "state": "s"}',
+        line("file-latin1").replace(b'"fine"', '"café"'.encode("latin-1")),
+        b"\xef\xbb\xbf" + line("file-bom"),
+        b'{"id": "file-deep", "state": ' + b"[" * 5_000 + b"]" * 5_000 + b"}",
+        line("file-surrogate", '"\\ud800"'),
+        b'{"id": "file-cut", "sta',
+        line("file-good-2"),
+    ]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+def test_submit_sends_the_good_lines_and_names_each_bad_one_by_its_line(
+    session_redis: Any, broker: Any, tmp_path: Path
+) -> None:
+    url = session_redis.url(12)
+    batch = _hostile_file(tmp_path / "batch.jsonl", "file-replies")
+    done = subprocess.run(
+        [DECISIONS, "submit", str(batch), "--reply-to", "file-replies"],
+        env=decisions_env(broker_url=url, redis_url=url, ledger_url="sqlite:///:memory:"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert "submitted 2 job(s)" in done.stdout and "rejected 7" in done.stdout
+    said = " ".join(done.stderr.split())
+    for expected in (
+        "rejected file-nan (line 2): state.x: nan is not a JSON number",
+        "rejected line 3: (job): names a field twice ('id')",
+        "rejected line 4: (body): not UTF-8",
+        "rejected line 5: (body): starts with a byte order mark",
+        "rejected file-deep (line 6): state[0][0][0][0][0][0]....: nested more than 100",
+        "rejected file-surrogate (line 7): state: holds a lone surrogate",
+        "rejected line 8: (body): not JSON",
+    ):
+        assert expected in said, (expected, said)
+    queued = b" ".join(
+        base64.b64decode(json.loads(stored)["body"])
+        for stored in broker.lrange(keys.CELERY_QUEUE, 0, -1)
+    )
+    assert b"file-good-1" in queued and b"file-good-2" in queued
+    assert b"file-nan" not in queued and b"file-surrogate" not in queued
+
+
+def test_run_answers_the_good_lines_and_rejects_each_bad_one(tmp_path: Path) -> None:
+    batch = _hostile_file(tmp_path / "batch.jsonl", "run-replies")
+    done = subprocess.run(
+        [DECISIONS, "run", str(batch), "--out", str(tmp_path / "out")],
+        env=decisions_env(ledger_url=f"sqlite:///{tmp_path / 'ledger.db'}"),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
+    said = " ".join((done.stdout + done.stderr).split())
+    assert "line 4: not UTF-8" in said and "line 5: starts with a byte order mark" in said
+    assert "│ answered │ 2 │" in said and "│ rejected │ 7 │" in said

@@ -16,7 +16,8 @@ import pytest
 from tests.faults.conftest import FleetFactory
 from tests.support.chaos import pool_processes
 from tests.support.checker import Figures
-from worker.faults import FAULT_POINTS
+from tests.support.fleet import wait_until
+from worker.process.faults import FAULT_POINTS
 
 pytestmark = pytest.mark.faults
 
@@ -106,7 +107,9 @@ def test_kill_9_of_a_pool_process_at_a_boundary(
     pairs = crew.pairs(submitted.job_ids)
     crew.expect_replies(pairs, timeout_s=60)
     assert worker.alive()
-    assert "exited with 'signal 9 (SIGKILL)'" in worker.text()
+    # The fleet's reaper may settle the dead claim before the main process logs the loss.
+    killed = "exited with 'signal 9 (SIGKILL)'"
+    wait_until(lambda: killed in worker.text(), 30, "the pool process's SIGKILL logged")
     figures = report(crew.check(pairs, reap=False))
     outcome, requests, state = EXPECTED[point]
     assert figures.outcomes[target] == outcome

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from shared.jobs import DecideJob, parse_job
+from shared.job_parsing import parse_job
+from shared.jobs import DecideJob
 from shared.judgments import SYSTEM_ONE_PACK_LIMITS
 from shared.packs import pack_requests
 from tests.faults.conftest import FleetFactory

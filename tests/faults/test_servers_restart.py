@@ -59,8 +59,9 @@ def test_redis_restart_in_the_middle_of_a_batch(
     second = crew.submit(after)
     pairs = crew.pairs([*first.job_ids, *second.job_ids])
     # A message the consumer had popped when Redis died is gone with it (the BRPOP window of
-    # kombu's Redis transport, celery#4354); the ledger never saw it, so the checker resubmits
-    # it as a producer would, and it must then be answered once.
+    # kombu's Redis transport, celery#4354); the ledger never saw it, so a worker's reaper
+    # republishes it from its intake record (worker.recovery.intake), and it must then be
+    # answered once.
     crew.wait_for(pairs, timeout_s=90)
     assert worker.alive()
     figures = report(crew.check(pairs))
@@ -151,3 +152,29 @@ def test_the_reply_streams_redis_full_when_jobs_finish(
     figures = report(crew.check(pairs, reap=False))
     assert figures.lost == 0 and figures.duplicates == 0
     assert crew.ledger_figures().jobs_unpublished == 0
+
+
+def test_answers_in_hand_survive_an_8_s_postgres_outage(
+    private_postgres: OwnPostgres,  # first: set up before the fleet, so stopped after it
+    new_fleet: FleetFactory,
+    report: Callable[[Figures], Figures],
+) -> None:
+    """Issue 15, defect 14, as reproduced: the ledger's PostgreSQL stopped for 8 s while the
+    provider answers calls already claimed. A worker holding an answer keeps trying its
+    conditional write until the ledger is back: every answered call is booked ``answered``
+    and its job gets its result, none lapses into ``unknown`` and a person's queue."""
+    crew = new_fleet("pg-outage-answers", profile(60), ledger_url=private_postgres.url)
+    crew.start_worker(worker_concurrency="4")
+    jobs = crew.jobs(4)
+    crew.slow(1500, [j["id"] for j in jobs])  # answered while the ledger is down
+    submitted = crew.submit(jobs)
+    crew.wait_counted([j["id"] for j in jobs])  # all four claimed and in flight
+    private_postgres.stop("fast")
+    time.sleep(8)  # the outage itself: every answer arrives inside it
+    private_postgres.start()
+    pairs = crew.pairs(submitted.job_ids)
+    crew.expect_replies(pairs, timeout_s=120)
+    figures = report(crew.check(pairs))
+    assert figures.lost == 0 and figures.duplicates == 0
+    assert figures.unknown_calls == 0, figures.call_states
+    assert all(figures.outcomes[j] == "result" for j in submitted.job_ids), figures.outcomes

@@ -3,9 +3,10 @@
 Run with ``make soak`` (``pytest -m soak -s``); not part of ``make test``. Sizes can be
 changed with ``SOAK_JOBS``, ``SOAK_RATE`` (jobs/s) and ``SOAK_SEED`` (the chaos loop's).
 Prints the checker's figures: jobs, requests, duplicates (must be 0), lost (must be 0),
-escalated by reason, broker_lost (messages kombu's Redis transport dropped with a killed
-consumer before any worker opened their jobs, recovered by resubmitting them, see
-``tests.support.checker``), and what the chaos loop did.
+escalated by reason, broker_lost (jobs whose message kombu's Redis transport dropped with a
+killed consumer before any worker opened them, republished by the workers' reapers from the
+producer's intake records, ``worker.recovery.intake``: nothing here resubmits), and what the chaos
+loop did.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def test_soak_with_workers_killed_every_few_seconds(
     chaos.stop()  # and back to full size
     produced_s = time.monotonic() - started
     pairs = crew.pairs(submitted)
-    # Messages of the last killed workers come back after the visibility timeout.
+    # Messages of the last killed workers come back after the visibility timeout; those the
+    # broker lost are republished by a reaper about as soon after.
     missing = crew.wait_for(pairs, timeout_s=float(settings["visibility_timeout_s"]) + 90)
     if missing:
         print(f"soak: no reply yet for {len(missing)}: {crew.where_are(missing)}; "
@@ -76,10 +78,6 @@ def test_soak_with_workers_killed_every_few_seconds(
     assert figures.jobs == JOBS
     assert figures.duplicates == 0
     assert figures.lost == 0
-    # What the broker dropped, it dropped as whole messages: every job of a lost chunk.
-    chunk_of = {job_id: i // CHUNK for i, job_id in enumerate(submitted)}
-    lost_chunks = {chunk_of[j] for j in figures.broker_lost_ids}
-    assert figures.broker_lost == sum(
-        1 for j in submitted if chunk_of[j] in lost_chunks
-    ), figures.broker_lost_ids
+    # What the reapers republished were jobs of this run (and every one of them replied).
+    assert set(figures.broker_lost_ids) <= set(submitted)
     assert chaos.figures.group_kills + chaos.figures.pool_kills >= 5

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from shared.canonical import canonical_bytes
-from worker.faux import FauxProvider, FauxServer
 from worker.testing import FauxHandle
+from worker.testing.faux import FauxProvider, FauxServer
 
 AUTH = {"Authorization": "Bearer test-key"}
 

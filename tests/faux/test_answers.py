@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.faux import (
+from worker.testing.faux import (
     BAD_NOUL,
     answer_question,
     openai_question_to_system_one,

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from shared.canonical import digest_of
-from worker.faux import FauxBehaviour, FauxProvider
+from worker.testing.faux import FauxBehaviour, FauxProvider
 
 from .conftest import openai_body, post, system_one_body
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from shared.canonical import canonical_bytes
-from worker.faux import FauxBehaviour, FauxProvider, FauxServer, serve
+from worker.testing.faux import FauxBehaviour, FauxProvider, FauxServer, serve
 
 from .conftest import AUTH, post, system_one_body
 
@@ -135,12 +135,12 @@ def test_hundreds_of_concurrent_slow_requests() -> None:
         return await asyncio.gather(*(exchange(port, request, 2) for _ in range(400)))
 
     with FauxServer(provider) as server:
-        started = time.perf_counter()
         statuses = asyncio.run(burst(server.port))
-        elapsed = time.perf_counter() - started
     assert statuses == [[200, 200]] * 400
     assert provider.total() == 800
-    assert elapsed < 2.5, elapsed  # 2 x 200 ms in flight 400 at a time; in turn it is 160 s
+    # Held at once, not in turn. Not all 400: on a loaded machine the first can be answered
+    # before the last connects; in turn it would be 1. (Speed is bench's business.)
+    assert provider.peak_in_flight() >= 100, provider.peak_in_flight()
 
 
 def test_concurrent_slow_requests_through_httpx() -> None:
@@ -156,22 +156,19 @@ def test_concurrent_slow_requests_through_httpx() -> None:
         return [r.status_code for r in responses]
 
     with FauxServer(provider) as server:
-        started = time.perf_counter()
         assert asyncio.run(burst(server.url)) == [200] * 100
-        assert time.perf_counter() - started < 4.0  # in turn it would be 20 s
+    assert provider.peak_in_flight() >= 25, provider.peak_in_flight()  # in turn it would be 1
 
 
-def test_throughput_at_zero_latency(server: FauxServer) -> None:
+def test_many_requests_on_kept_alive_connections_at_zero_latency(server: FauxServer) -> None:
+    # Its rate is measured by bench (the faux is the provider side of every scenario).
     request = raw_request(canonical_bytes(system_one_body()))
 
-    async def run() -> None:
-        await asyncio.gather(*(exchange(server.port, request, 100) for _ in range(20)))
+    async def run() -> list[list[int]]:
+        return await asyncio.gather(*(exchange(server.port, request, 100) for _ in range(20)))
 
-    started = time.perf_counter()
-    asyncio.run(run())
-    rate = 2000 / (time.perf_counter() - started)
+    assert asyncio.run(run()) == [[200] * 100] * 20
     assert server.provider.total() == 2000
-    assert rate > 500, rate  # a floor against regressions; the benchmark measures the rest
 
 
 def test_lifecycle_and_connection_refused() -> None:
@@ -246,7 +243,7 @@ def test_serve_runs_until_cancelled() -> None:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_run_forever_prints_its_url_and_stops_on_a_signal(sig: signal.Signals) -> None:
     code = (
-        "from worker.faux import FauxBehaviour, run_forever; "
+        "from worker.testing.faux import FauxBehaviour, run_forever; "
         "run_forever('127.0.0.1', 0, FauxBehaviour(mode='status', status_code=503))"
     )
     proc = subprocess.Popen(

@@ -7,8 +7,8 @@ import json
 import httpx
 
 from shared.canonical import digest_of
-from worker.faux import FauxBehaviour, FauxProvider, answer_question, system_one_response
-from worker.faux.wire import (
+from worker.testing.faux import FauxBehaviour, FauxProvider, answer_question, system_one_response
+from worker.testing.faux.wire import (
     PARALLEL_CITATIONS_FIELD,
     PARALLEL_REQUEST_ID_FIELD,
     TYPESAFE_REQUEST_ID_HEADER,

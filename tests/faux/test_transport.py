@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from shared.canonical import canonical_bytes
-from worker.faux import FauxBehaviour, FauxDrop, FauxProvider, FauxResponse
+from worker.testing.faux import FauxBehaviour, FauxDrop, FauxProvider, FauxResponse
 
 from .conftest import AUTH, system_one_body
 
@@ -30,11 +30,10 @@ def test_async_latency_does_not_block_the_loop() -> None:
             )
         return [r.status_code for r in responses]
 
-    started = time.perf_counter()
     assert asyncio.run(burst()) == [200] * 200
-    elapsed = time.perf_counter() - started
-    assert 0.2 <= elapsed < 1.5, elapsed  # together, not 40 s one after another
     assert provider.total() == 200
+    # Held together on the loop, not one after another (a blocking sleep would make it 1).
+    assert provider.peak_in_flight() >= 100, provider.peak_in_flight()
 
 
 @pytest.mark.parametrize(
@@ -109,7 +108,7 @@ def test_admission_is_decided_once(provider: FauxProvider) -> None:
 def test_a_faux_bug_is_a_500_that_says_so(
     provider: FauxProvider, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import worker.faux.app as app
+    import worker.testing.faux.app as app
 
     def broken(*args: object, **kwargs: object) -> None:
         raise ZeroDivisionError("boom")

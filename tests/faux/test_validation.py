@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from shared.canonical import canonical_bytes
-from worker.faux import FauxProvider
+from worker.testing.faux import FauxProvider
 
 from .conftest import openai_body, post, system_one_body
 
@@ -273,6 +273,32 @@ def test_bad_assets_are_400(client: httpx.Client, asset: dict[str, Any]) -> None
 def test_size_limits_are_jevs_only(client: httpx.Client) -> None:
     small = {"type": "image", "format": "png", "data_base64": png(64, 64)}
     body = image_body("faux-1", i1=small, i2=small)
+    body["state"] = [{"note": "compare", "image_fields": ["a", "b"]}, "<i1>", "<i2>"]
+    assert post(client, "/api/v1/systemone", body, headers=IMAGES).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("state", "instructions", "loc"),
+    [
+        ({"a": "<i1>", "b": "<i2>"}, None, ["state", "a"]),  # an object state: not reshaped
+        (["<i1>", {"nested": "<i2>"}], None, ["state", 1, "nested"]),
+        (["<i1>", "see <i2>"], None, ["state", 1]),  # inside a longer string
+        (["<i1>", "<i2>", "text"], "Compare <i1>.", ["questions", "is_urgent", "instructions"]),
+    ],
+)
+def test_other_models_read_images_only_as_top_level_array_items(
+    client: httpx.Client, state: Any, instructions: str | None, loc: list[Any]
+) -> None:
+    body = image_body("faux-1")
+    body["state"] = state
+    if instructions is not None:
+        body["questions"]["is_urgent"]["instructions"] = instructions
+    response = post(client, "/api/v1/systemone", body, headers=IMAGES)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["metadata"]["loc"] == loc and "top-level item" in error["message"]
+    # Jev reads the same tokens anywhere.
+    body["model"] = "typesafe/jev-1.14"
     assert post(client, "/api/v1/systemone", body, headers=IMAGES).status_code == 200
 
 

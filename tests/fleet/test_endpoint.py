@@ -12,8 +12,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from worker.ledger import Ledger
-from worker.metrics import MetricsServer, Readiness
-from worker.metrics.collector import FleetCollector
+from worker.observability.metrics import MetricsServer, Readiness
+from worker.observability.metrics.collector import FleetCollector
 
 
 def unreachable_ledger() -> Ledger:
@@ -80,3 +80,50 @@ def test_a_reachable_ledger_is_counted_and_cached(tmp_path: Path) -> None:
     assert samples[("decisions_ledger_calls", (("status", "claimed"),))] == 0
     assert samples[("decisions_ledger_jobs_unpublished", ())] == 0
     assert len(reads) == 1  # three scrapes, one read: the interval holds
+
+
+def test_budgets_are_exported_by_budget(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from worker.ledger import BudgetAsk, CallOutcome
+
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    ledger.migrate()
+    deadline = datetime.now(UTC) + timedelta(seconds=60)
+    for job_id in ("a", "b"):
+        ledger.open_job(
+            job_id=job_id,
+            kind="decide",
+            batch="night",
+            reply_to="r",
+            fingerprint="f",
+            deadline=deadline,
+            job_json="{}",
+        )
+        ledger.claim(
+            job_id=job_id,
+            step="decide",
+            provider="parallel",
+            model=None,
+            request_sha256="s",
+            lease_expires=deadline,
+            budget=BudgetAsk(0.25, batch="night", batch_budget_usd=1.0),
+        )
+    ledger.record(
+        job_id="a",
+        outcome=CallOutcome(step="decide", status="answered", cost_usd=0.1, cost_basis="estimate"),
+    )
+    collector = FleetCollector(lambda: ledger, unreachable_redis, interval_s=3600)
+    try:
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in collector.collect()
+            for s in f.samples
+        }
+    finally:
+        ledger.dispose()
+    night = (("budget", "batch:night"),)
+    assert samples[("decisions_budget_limit_usd", night)] == 1.0
+    assert samples[("decisions_budget_reserved_usd", night)] == 0.25
+    assert samples[("decisions_budget_spent_usd", (("basis", "estimate"), *night))] == 0.1
+    assert samples[("decisions_budget_left_usd", night)] == 0.65

@@ -25,7 +25,7 @@ import redis
 from shared import keys
 from shared.client import Client
 from shared.settings import Settings
-from shared.streams import read_stream
+from shared.streams import read_entries
 from tests.fleet.support import Samples, flushed, patch_faux, scrape, total, value, worker
 from tests.support.fleet import decide_job, wait_until
 from tests.support.ownservers import OwnRedis
@@ -85,6 +85,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory, redis_server: OwnRedis) -> Ite
             metrics_port=str(port),
             metrics_addr="127.0.0.1",
             metrics_fleet_interval_s="0.1",
+            worker_pool="prefork",  # pool processes: this test is about them
             worker_concurrency="2",
             log_level="DEBUG",
             systemone_hosts=json.dumps({"canary": {**canary_host, "default_model": "faux-1"}}),
@@ -167,7 +168,7 @@ def test_metrics_count_what_the_jobs_did(rig: Rig) -> None:
         answered_total = ledger.status().calls_by_status.get("answered", 0)
     assert value(after, "decisions_ledger_calls", status="answered") == answered_total
     assert value(after, "decisions_ledger_calls", status="claimed") == 0
-    escalated = sum(1 for e in read_stream(rig.r, keys.ESCALATION_STREAM))
+    escalated = sum(1 for e in read_entries(rig.r, keys.ESCALATION_STREAM))
     assert escalated >= 3
     assert value(after, "decisions_escalations_open", state="waiting") == escalated
     assert value(after, "decisions_escalations_open", state="claimed") == 0
@@ -284,7 +285,7 @@ def test_decisions_status_and_celery_inspect_during_a_batch(rig: Rig) -> None:
         assert [w["name"] for w in fleet["workers"]] == [name]
         assert fleet["workers"][0]["concurrency"] == 2
         assert fleet["ledger"]["in_flight"] == 2
-        escalated = sum(1 for _ in read_stream(rig.r, keys.ESCALATION_STREAM))
+        escalated = sum(1 for _ in read_entries(rig.r, keys.ESCALATION_STREAM))
         assert fleet["escalations"] == {"waiting": escalated, "claimed": 0, "open": escalated}
 
         # Named destination: the reply ends the wait, no full timeout.

@@ -25,8 +25,8 @@ from tests.support.fleet import profile
 from tests.support.ownservers import OwnRedis
 from tests.support.processes import DECISIONS, faux_server
 from tests.support.services import postgres_schema
-from worker.faults import FAULT_POINTS
 from worker.ledger import Ledger
+from worker.process.faults import FAULT_POINTS
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,7 @@ from tests.support.processes import decisions_env, faux_server
 from tests.support.services import free_port, postgres_schema
 from worker.app import create_app
 from worker.ledger import Ledger
-from worker.metrics import ledger_gauges, queue_depth
+from worker.observability.metrics import ledger_gauges, queue_depth
 
 pytestmark = pytest.mark.integration
 
@@ -49,6 +49,7 @@ def test_sigterm_finishes_the_calls_in_flight_and_leaves_the_rest_queued(
             redis_url=url,
             ledger_url=ledger_url,
             faux_url=faux_url,
+            worker_pool="prefork",  # pool processes: this test is about them
             worker_concurrency="2",
             metrics_port=str(port),
             metrics_addr="127.0.0.1",

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.judgments.support import PARALLEL_TEST_KEY
-from worker import context
-from worker.faux import FauxServer
+from worker.process import context
+from worker.testing.faux import FauxServer
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from typing import Any
 from shared.canonical import canonical_bytes
 from shared.replies import Reply, parse_reply
 from shared.settings import Settings
-from worker.faux import answer_question
+from worker.testing.faux import answer_question
 
 __all__ = [
     "BATCH",

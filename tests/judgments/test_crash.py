@@ -15,13 +15,13 @@ import sqlalchemy as sa
 
 from shared.replies import EscalationMessage, parse_reply
 from tests.judgments.support import settings_for, sift_job
+from worker.delivery.sinks import MemorySink
 from worker.embedded import run_batch
-from worker.faux import FauxServer
+from worker.kinds.dispatch import Runner
 from worker.ledger import Claim, Ledger
 from worker.ledger.models import calls
 from worker.providers import ProviderRegistry
-from worker.runner import Runner
-from worker.sinks import MemorySink
+from worker.testing.faux import FauxServer
 
 
 class Crash(BaseException):

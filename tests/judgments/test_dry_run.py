@@ -32,10 +32,10 @@ from tests.judgments.support import (
 from tests.support.ownservers import OwnRedis, own_redis
 from tests.support.processes import DECISIONS, decisions_env
 from worker.embedded import run_batch
-from worker.faux import FauxServer
-from worker.judgments import judgment_checker
-from worker.judgments.dryrun import worker_prices
+from worker.kinds.judgments import judgment_checker
+from worker.kinds.judgments.dryrun import worker_prices
 from worker.providers import ProviderRegistry
+from worker.testing.faux import FauxServer
 
 pytestmark = pytest.mark.integration
 

@@ -24,7 +24,7 @@ from tests.judgments.support import (
     wire_item,
 )
 from worker.embedded import run_batch
-from worker.faux import FauxBehaviour, FauxServer, answer_question
+from worker.testing.faux import FauxBehaviour, FauxServer, answer_question
 
 QUESTION = "Is this message spam?"
 STATE = "A shared mailbox of a small shop."
@@ -169,13 +169,15 @@ def test_sift_route_verify_batch_sends_the_packed_requests_once(
     chosen = got["r-chosen"]
     assert isinstance(chosen, ResultMessage) and chosen.route_reason == "chosen"
     assert chosen.value == route_answer(route_job("r-chosen")["state"])["choice"]
-    for job_id, why in (("r-low", "low_confidence"), ("r-refused", "refused"),
-                        ("r-lost", "interrupted")):
+    for job_id, why in (("r-low", "low_confidence"), ("r-refused", "refused")):
         reply = got[job_id]
         assert isinstance(reply, ResultMessage), job_id
         assert (reply.value, reply.route_reason) == ("human", why)
+    # A lost call (read timeout after sending) escalates for a person even with ``unsure``.
     lost = got["r-lost"]
+    assert isinstance(lost, EscalationMessage) and lost.reason == "decision_interrupted"
     assert [r.status for r in lost.receipts] == ["unknown"]
+    assert lost.context["questions"]["route"]["criteria"] == route_job("x")["routes"]
     escalated = got["r-escalates"]
     assert isinstance(escalated, EscalationMessage) and escalated.reason == "decision_refused"
     assert escalated.context["questions"]["route"]["criteria"] == route_job("x")["routes"]

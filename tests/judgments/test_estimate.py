@@ -8,11 +8,12 @@ import pytest
 
 from shared.canonical import canonical_bytes
 from shared.client import Client
-from shared.estimate import Estimate, Price, estimate_jobs, planned_requests
-from shared.jobs import parse_job
+from shared.estimate import Estimate, estimate_jobs, planned_requests
+from shared.job_parsing import parse_job
+from shared.prices import Price
 from shared.settings import Settings
 from tests.judgments.support import route_job, sift_job, verified_job
-from worker.judgments.prices import faux_price, parse_price
+from worker.kinds.judgments.dryrun_prices import faux_price, parse_price
 
 SETTINGS = Settings(_env_file=None)
 

@@ -8,11 +8,12 @@ from typing import Any
 import pytest
 
 from shared.errors import JobInvalid
-from shared.jobs import DecideJob, RouteJob, SiftJob, parse_job
+from shared.job_parsing import parse_job
+from shared.jobs import DecideJob, RouteJob, SiftJob
 from shared.judgments import wants_verification
 from shared.settings import Settings
 from tests.judgments.support import route_job, sift_job, verified_job
-from worker.judgments import plan_problems, plan_route, plan_sift, plan_verified
+from worker.kinds.judgments import plan_problems, plan_route, plan_sift, plan_verified
 from worker.providers import ProviderRegistry
 
 

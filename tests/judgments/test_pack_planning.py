@@ -13,10 +13,13 @@ from hypothesis import strategies as st
 
 from shared.canonical import canonical_bytes
 from shared.client import Client
-from shared.jobs import DecideJob, job_fingerprint, parse_job
-from shared.judgments import PARALLEL_PACK_LIMITS, SYSTEM_ONE_PACK_LIMITS, estimate_tokens
+from shared.fingerprint import job_fingerprint
+from shared.job_parsing import parse_job
+from shared.jobs import DecideJob
+from shared.judgments import PARALLEL_PACK_LIMITS, SYSTEM_ONE_PACK_LIMITS
 from shared.packs import PackBuffer, pack_key, pack_requests, packed_questions
 from shared.settings import Settings
+from shared.tokens import estimate_tokens
 
 STATE = {"policy": "Refunds within 30 days; shipping is free over 50 EUR."}
 
@@ -94,7 +97,7 @@ def test_system_one_fills_requests_to_64k_tokens_without_splitting_a_job() -> No
 
 
 def test_a_job_too_big_for_one_request_goes_alone() -> None:
-    members = [wire(decide("a")), wire(decide("big", questions=101)), wire(decide("c"))]
+    members = [wire(decide("a")), wire(decide("big", questions=100)), wire(decide("c"))]
     assert pack_requests(STATE, members, PARALLEL_PACK_LIMITS) == [[0], [1], [2]]
 
 

@@ -21,13 +21,13 @@ from shared.client import Client
 from shared.replies import EscalationMessage, ResultMessage, parse_reply
 from tests.judgments.support import REPLY_TO, faux_noul, replies, settings_for
 from worker.cli.trace import render
+from worker.delivery.sinks import MemorySink
 from worker.embedded import run_batch
-from worker.faux import FauxServer
+from worker.kinds.dispatch import Runner
 from worker.ledger import Ledger, PackClaim
 from worker.ledger.models import calls
 from worker.providers import ProviderRegistry
-from worker.runner import Runner
-from worker.sinks import MemorySink
+from worker.testing.faux import FauxServer
 
 BATCH = "packs-test"
 STATE = "Store policy: refunds within 30 days of delivery; opened software is final sale."

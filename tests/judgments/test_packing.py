@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from shared.canonical import canonical_bytes
 from shared.errors import JobInvalid
-from shared.estimate import FAUX_DEFAULT_MODEL, FAUX_PRICE_PER_MTOK_USD
+from shared.estimate import FAUX_DEFAULT_MODEL
 from shared.judgments import (
     PARALLEL_PACK_LIMITS,
     SYSTEM_ONE_PACK_LIMITS,
@@ -19,12 +19,13 @@ from shared.judgments import (
     pack,
     pack_limits_for,
 )
+from shared.prices import FAUX_PRICE_PER_MTOK_USD
 from shared.settings import Settings
 from tests.judgments.support import requests_for, system_one_capacity, wire_item
-from worker.faux.catalog import DEFAULT_PRICE_PER_TOKEN_USD, find_model
-from worker.judgments import pack_limits
+from worker.kinds.judgments import pack_limits
 from worker.providers import ProviderRegistry, rendered_length
 from worker.providers.systemone import FAUX_DEFAULT_MODEL as WORKER_FAUX_MODEL
+from worker.testing.faux.catalog import DEFAULT_PRICE_PER_TOKEN_USD, find_model
 
 
 def questions(n: int, size: int = 10) -> list[tuple[str, dict[str, Any]]]:

@@ -66,6 +66,7 @@ def test_sqlite_pragmas(tmp_path: Path) -> None:
 
 def test_sqlite_writes_begin_immediate_reads_deferred(tmp_path: Path) -> None:
     ledger = sqlite_ledger(tmp_path)
+    ledger.now()  # the clock's first reading of the database's time: a deferred read
     seen: list[str] = []
 
     @event.listens_for(ledger.engine, "before_cursor_execute")
@@ -170,7 +171,10 @@ def test_postgres_connection_lost_mid_transaction_raises(
     try:
         ledger.migrate()
         open_one(ledger)
-        with pytest.raises(LedgerUnavailable, match="ledger unavailable"), ledger._tx() as conn:
+        with (
+            pytest.raises(LedgerUnavailable, match="ledger unavailable"),
+            ledger.transaction() as conn,
+        ):
             pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
             pg_admin(f"SELECT pg_terminate_backend({int(pid)})")
             conn.execute(text("UPDATE jobs SET batch = 'x'"))

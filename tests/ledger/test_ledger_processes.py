@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from worker.ledger import CallOutcome, Ledger, OutcomeStatus
+from shared.replies import CallStatus
+from worker.ledger import CallOutcome, Ledger
 
 PROCESSES = 4
 KEYS = 1000
@@ -47,7 +48,7 @@ def hammer(url: str, index: int, start: Any, out: Any) -> None:
         fresh.append((job_id, claim.call.claims))
         key = int(job_id.split("-")[1])
         # Even keys fail to connect on their first claim, so another claim must send them.
-        status: OutcomeStatus = (
+        status: CallStatus = (
             "not_sent" if key % 2 == 0 and claim.call.claims == 1 else "answered"
         )
         ledger.record(

@@ -16,15 +16,15 @@ from worker.ledger.models import metadata
 
 
 def test_head_revision() -> None:
-    assert head_revision() == "0002"
-    assert Ledger.head_revision() == "0002"
+    assert head_revision() == "0004"
+    assert Ledger.head_revision() == "0004"
 
 
 def test_check_schema_on_an_empty_database(empty_ledger: Ledger) -> None:
     with pytest.raises(SchemaBehind) as caught:
         empty_ledger.check_schema()
     assert str(caught.value) == (
-        "ledger schema is at none (no ledger tables), this code needs 0002: run `decisions migrate`"
+        "ledger schema is at none (no ledger tables), this code needs 0004: run `decisions migrate`"
     )
 
 
@@ -38,9 +38,9 @@ def test_migrate_is_idempotent(empty_ledger: Ledger, ledger_url: str) -> None:
     empty_ledger.migrate()
     empty_ledger.migrate()
     empty_ledger.check_schema()
-    assert empty_ledger.current_revision() == "0002"
-    assert current_revision(ledger_url) == "0002"
-    assert current_revision(empty_ledger.engine) == "0002"
+    assert empty_ledger.current_revision() == "0004"
+    assert current_revision(ledger_url) == "0004"
+    assert current_revision(empty_ledger.engine) == "0004"
     tables = set(inspect(empty_ledger.engine).get_table_names())
     assert {"jobs", "calls", "alembic_version"} <= tables
 
@@ -71,11 +71,11 @@ def test_concurrent_migrations(ledger_url: str) -> None:
 
 
 def test_schema_behind(ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(schema, "head_revision", lambda: "0003")
+    monkeypatch.setattr(schema, "head_revision", lambda: "0005")
     with pytest.raises(SchemaBehind) as caught:
         ledger.check_schema()
     assert str(caught.value) == (
-        "ledger schema is at 0002, this code needs 0003: run `decisions migrate`"
+        "ledger schema is at 0004, this code needs 0005: run `decisions migrate`"
     )
 
 

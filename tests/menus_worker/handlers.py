@@ -12,7 +12,7 @@ import threading
 from typing import Annotated, Any, Literal
 
 from shared.menus import FromContext, Runtime
-from worker.handlers import handler
+from worker.kinds.menus.handlers import handler
 
 __all__ = ["RUNS", "runs_of"]
 

@@ -19,15 +19,15 @@ import sqlalchemy as sa
 
 from shared.replies import Reply, parse_reply
 from shared.settings import Settings
-from worker.faux import FauxChatBehaviour, FauxChatReply, FauxProvider
-from worker.handlers import load_handlers
+from worker.delivery.sinks import MemorySink
+from worker.kinds.dispatch import Runner
+from worker.kinds.menus import MenuRunner
+from worker.kinds.menus.handlers import load_handlers
 from worker.ledger import Ledger
 from worker.ledger.models import calls, jobs
-from worker.menus import MenuRunner
 from worker.providers import ProviderRegistry
-from worker.runner import Runner
 from worker.runtimes import RuntimeRegistry
-from worker.sinks import MemorySink
+from worker.testing.faux import FauxChatBehaviour, FauxChatReply, FauxProvider
 
 __all__ = [
     "OPTIONS",
@@ -119,7 +119,7 @@ class Harness:
         runtimes = RuntimeRegistry.from_settings(config, faux_transport=faux.transport())
         harness = cls(config, ledger, faux, sink, runner, None)  # type: ignore[arg-type]
         harness.menus = MenuRunner(
-            runner,
+            runner.delivery,
             handlers=load_handlers([HANDLERS_MODULE]),
             runtimes=runtimes,
             on_boundary=harness._boundary,

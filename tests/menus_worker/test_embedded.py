@@ -14,9 +14,9 @@ import pytest
 from shared.settings import Settings
 from tests.menus_worker import handlers
 from tests.menus_worker.support import OPTIONS, menu_job
-from worker import context
 from worker.embedded import run_batch
-from worker.faux import FauxChatBehaviour, FauxChatReply, FauxServer
+from worker.process import context
+from worker.testing.faux import FauxChatBehaviour, FauxChatReply, FauxServer
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "menus" / "tickets_menu.jsonl"
 

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from shared.menus import DecisionSession, build_menu_prompt, parse_pick
-from worker.faux import FauxServer
-from worker.faux.chat_replies import menu_calls
+from worker.testing.faux import FauxServer
+from worker.testing.faux.chat_replies import menu_calls
 
 AUTH = {"Authorization": "Bearer anything"}
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from shared.errors import ConfigurationError
-from worker.handlers import handler, load_handlers, register, registered, unregister
+from worker.kinds.menus.handlers import handler, load_handlers, register, registered, unregister
 
 
 def test_the_decorator_and_register_put_handlers_in_the_registry() -> None:
@@ -51,7 +51,7 @@ def test_modules_are_imported_from_the_working_directory(
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "desk.py").write_text(
-        "from worker.handlers import handler\n\n"
+        "from worker.kinds.menus.handlers import handler\n\n"
         "@handler('t_acme_close')\n"
         "def close(ticket: str) -> str:\n"
         "    '''Close a ticket.'''\n"

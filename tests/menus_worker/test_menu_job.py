@@ -8,7 +8,9 @@ import pytest
 from pydantic import TypeAdapter
 
 from shared.errors import JobInvalid
-from shared.jobs import Job, MenuJob, job_fingerprint, job_kind, parse_job
+from shared.fingerprint import job_fingerprint
+from shared.job_parsing import job_kind, parse_job
+from shared.jobs import Job, MenuJob
 from shared.menus import Handler
 from tests.menus_worker.support import OPTIONS, menu_job
 

@@ -12,13 +12,14 @@ from typing import Any, Optional
 import pytest
 
 from shared.errors import JobInvalid
-from shared.jobs import MenuJob, parse_job
+from shared.job_parsing import parse_job
+from shared.jobs import MenuJob
 from shared.menus import Handler, Menu, build_menu, make
 from shared.menus.faux import ScriptedRuntime, pick_text
 from shared.replies import ResultMessage
 from tests.menus_worker.handlers import t_fallback, t_sentiment
 from tests.menus_worker.support import REPLY_TO, Harness
-from worker.handlers import registered
+from worker.kinds.menus.handlers import registered
 
 
 class AbortSignal:

@@ -16,8 +16,8 @@ import pytest
 from shared.replies import EscalationMessage, ResultMessage
 from tests.menus_worker import handlers
 from tests.menus_worker.support import Crash, Harness, menu_job
-from worker.faux import FauxChatReply, FauxToolCall
-from worker.menus import HANDLER_PROVIDER
+from worker.kinds.menus import HANDLER_PROVIDER
+from worker.testing.faux import FauxChatReply, FauxToolCall
 
 REFUND = {"order_id": "A-1", "amount": 5}
 
@@ -161,9 +161,9 @@ async def test_a_live_duplicate_waits_and_publishes_the_other_delivery_s_outcome
 ) -> None:
     import asyncio
 
-    import worker.menus.base as menus_base
+    import worker.delivery.calls as delivery_calls
 
-    monkeypatch.setattr(menus_base, "CLAIM_POLL_S", 0.01)
+    monkeypatch.setattr(delivery_calls, "CLAIM_POLL_S", 0.01)
     job = plain(harness, "dup")
     await open_row(harness, job)
     # Another delivery holds pick.0 with its lease running...
@@ -183,11 +183,13 @@ async def test_a_live_duplicate_waits_and_publishes_the_other_delivery_s_outcome
 
 
 async def open_row(harness: Harness, job: dict[str, Any]) -> None:
-    from shared.jobs import MenuJob, parse_job
+    from shared.job_parsing import parse_job
+    from shared.jobs import MenuJob
 
     parsed = parse_job(job)
     assert isinstance(parsed, MenuJob)
-    await harness.runner._open(parsed)
+    delivery = harness.runner.delivery
+    await delivery.ledger.open_job(job=delivery.open_args(parsed))
 
 
 def claim_and_leave(

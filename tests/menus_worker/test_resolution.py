@@ -9,8 +9,8 @@ from shared.errors import FieldProblem, ResolutionInvalid
 from shared.menus import build_menu
 from shared.replies import EscalationMessage
 from tests.menus_worker.support import OPTIONS, Harness, menu_job
-from worker.faux import FauxChatReply
-from worker.menus import check_menu_answer
+from worker.kinds.menus import check_menu_answer
+from worker.testing.faux import FauxChatReply
 
 
 async def escalated(harness: Harness) -> EscalationMessage:
@@ -80,7 +80,7 @@ def test_a_menu_without_handler_params_still_checks_value_and_schema_options() -
 
 
 def test_the_rebuilt_menu_is_the_menu_the_model_saw() -> None:
-    from worker.menus import menu_of_escalation
+    from worker.kinds.menus import menu_of_escalation
 
     message = EscalationMessage(
         job_id="m", kind="menu", reason="handler_failed", context={"options": OPTIONS[2:]}

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from shared.replies import EscalationMessage, RejectedMessage, ResultMessage
-from shared.settings import ChatHost
+from shared.setting_types import ChatHost
 from tests.menus_worker import handlers
 from tests.menus_worker.support import OPTIONS, Harness, menu_job
 from tests.providers.loopback import LoopbackServer, Reply
-from worker.faux import FauxBehaviour, FauxChatReply, FauxToolCall
-from worker.menus import check_menu_answer
+from worker.kinds.menus import check_menu_answer
+from worker.testing.faux import FauxBehaviour, FauxChatReply, FauxToolCall
 
 
 def tool_turn(name: str, args: dict[str, Any]) -> FauxChatReply:

@@ -11,12 +11,13 @@ import pytest
 
 from shared.errors import DecisionProviderError
 from shared.menus import DecisionSession, Message, ToolSpec, bind_runtime, make
-from shared.settings import ChatHost, Settings
+from shared.outcomes import call_status
+from shared.setting_types import ChatHost
+from shared.settings import Settings
 from tests.providers.loopback import LoopbackServer, Reply, refusing_port
-from worker.faux import FauxBehaviour, FauxChatReply, FauxProvider, FauxServer, FauxToolCall
 from worker.providers import TransportPolicy
-from worker.providers.outcomes import call_status
 from worker.runtimes import BlockingRuntime, ChatConfig, ChatResult, ChatRuntime, RuntimeRegistry
+from worker.testing.faux import FauxBehaviour, FauxChatReply, FauxProvider, FauxServer, FauxToolCall
 
 KEY_VAR = "MENUS_LOOPBACK_KEY"
 CANARY = "sk-menus-canary-5b1d"

@@ -13,7 +13,7 @@ from shared.settings import get_settings
 from tests.menus_worker.support import Harness, menu_job
 from worker.cli import app
 from worker.cli.trace import build_tree
-from worker.faux import FauxChatReply, FauxToolCall
+from worker.testing.faux import FauxChatReply, FauxToolCall
 
 
 @pytest.fixture

@@ -7,7 +7,9 @@ body. ``requests`` counts requests read in full, ``connections`` connections acc
 test asserts them to pin what was sent.
 
 ``refusing_port()`` is a port nobody listens on; ``full_backlog()`` is a listener whose
-accept queue is full, so a new connection hangs in the SYN phase (a connect timeout).
+accept queue is full, so a new connection hangs in the SYN phase (a connect timeout);
+``FailingHandshake`` a listener on which every TLS handshake fails; ``UNRESOLVABLE`` a host
+name that never resolves (``.invalid``, RFC 6761).
 """
 
 from __future__ import annotations
@@ -16,10 +18,14 @@ import asyncio
 import contextlib
 import json
 import socket
+import ssl
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+#: Never resolves (RFC 6761 reserves ``.invalid``): a DNS failure without a network.
+UNRESOLVABLE = "decisions-never-resolves.invalid"
 
 Drop = Literal["close_on_accept", "close_after_read", "reset_after_read"]
 
@@ -141,3 +147,56 @@ def full_backlog() -> Iterator[int]:
         for filler in fillers:
             filler.close()
         listener.close()
+
+
+class FailingHandshake:
+    """A loopback listener on which every TLS handshake fails; nothing of HTTP gets through.
+
+    ``garbage``: a plain TCP server that reads the ClientHello and answers bytes that are not
+    TLS (an HTTP error line), then closes. ``untrusted``: a real TLS server whose certificate
+    comes from a CA the client does not trust (``trustme``), so the client aborts the
+    handshake. ``received`` holds every byte a connection delivered to the server's
+    application (for ``untrusted``, none: a handshake that fails delivers nothing).
+    """
+
+    def __init__(self, mode: Literal["garbage", "untrusted"]) -> None:
+        self.mode = mode
+        self.connections = 0
+        self.received = b""
+        self._server: asyncio.Server | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    async def __aenter__(self) -> FailingHandshake:
+        context = None
+        if self.mode == "untrusted":
+            import trustme
+
+            ca = trustme.CA()
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ca.issue_cert("127.0.0.1").configure_cert(context)
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, ssl=context)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._server.wait_closed(), 1)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            with contextlib.suppress(asyncio.TimeoutError, ConnectionError):
+                self.received += await asyncio.wait_for(reader.read(65536), 2)
+            writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()

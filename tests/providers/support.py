@@ -15,8 +15,8 @@ from typing import Any
 
 import httpx
 
-from shared.settings import Settings, SystemOneHost
-from worker.faux import FauxBehaviour, FauxProvider
+from shared.setting_types import SystemOneHost
+from shared.settings import Settings
 from worker.providers import (
     DecisionRequest,
     HttpDecisionProvider,
@@ -26,6 +26,7 @@ from worker.providers import (
     SystemOneProvider,
     TransportPolicy,
 )
+from worker.testing.faux import FauxBehaviour, FauxProvider
 
 BASE = "http://faux.invalid"
 KEY_VARS = (

@@ -15,10 +15,10 @@ import pytest
 
 from shared.canonical import canonical_bytes, sha256_hex
 from shared.errors import DecisionProviderError
-from worker.faux import FauxBehaviour
 from worker.providers import call_status, was_cancelled
 from worker.providers.httpbase import CALL_KEY_HEADER
-from worker.providers.transport import TransportPolicy
+from worker.providers.outbound import TransportPolicy
+from worker.testing.faux import FauxBehaviour
 
 from .support import CASE_IDS, CASES, FAST, Case, Rig, deadline
 
@@ -450,11 +450,12 @@ async def test_cancel_between_attempts_is_aborted(case: Case) -> None:
 async def test_a_key_given_directly_wins_and_stays_out_of_repr(case: Case, no_keys: None) -> None:
     rig = Rig.build(case)
     given = "sk-given-directly"
-    rig.provider._auth = replace(rig.provider._auth, fixed_key=given)  # type: ignore[arg-type]
+    paid = rig.provider._paid
+    paid.auth = replace(paid.auth, fixed_key=given)  # type: ignore[arg-type]
     try:
         await _decide(rig)
     finally:
         await rig.aclose()
     value = rig.wire.requests[0].headers[case.key_header]
     assert value == (f"Bearer {given}" if case.bearer else given)
-    assert given not in repr(rig.provider._auth)
+    assert given not in repr(paid.auth)

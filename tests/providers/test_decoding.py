@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from shared.decoding import score_tolerance
 from shared.errors import DecisionProviderError
 from worker.providers import decode_answers, derived_confidence
-from worker.providers.decoding import score_tolerance
 
 NOUL = {"type": "noul", "instructions": "?"}
 CHOICE = {"type": "choice", "instructions": "?", "criteria": {"a": None, "b": None, "c": None}}
@@ -19,7 +19,8 @@ SCORE = {"type": "score", "instructions": "?", "criteria": ["low", "mid", "high"
 
 def _decode(question: dict[str, Any], answer: Any) -> Any:
     return decode_answers(
-        {"q": question}, {"q": answer} if answer is not None else {}, provider="t"
+        {"q": question}, {"q": answer} if answer is not None else {}, provider="t",
+        missing="refused",
     )["q"]
 
 
@@ -152,13 +153,18 @@ def test_score_invalid(answer: dict[str, Any], why: str) -> None:
 
 def test_answers_for_questions_not_asked() -> None:
     with pytest.raises(DecisionProviderError) as info:
-        decode_answers({"q": NOUL}, {"q": {"type": "noul", "noul": 0.5}, "x": {}}, provider="t")
+        decode_answers(
+            {"q": NOUL}, {"q": {"type": "noul", "noul": 0.5}, "x": {}},
+            provider="t", missing="refused",
+        )
     assert "not asked" in str(info.value)
 
 
 def test_answers_not_an_object() -> None:
     with pytest.raises(DecisionProviderError):
-        decode_answers({"q": NOUL}, [{"type": "noul", "noul": 0.5}], provider="t")
+        decode_answers(
+            {"q": NOUL}, [{"type": "noul", "noul": 0.5}], provider="t", missing="refused"
+        )
 
 
 def test_messages_never_echo_response_values() -> None:
@@ -215,3 +221,21 @@ def test_noul_confidence_formula(p: float) -> None:
 def test_score_tolerance_grows_with_levels() -> None:
     assert score_tolerance(2) < score_tolerance(10)
     assert score_tolerance(3) == pytest.approx(0.005 * 3 + 0.005, abs=1e-6)
+
+
+@pytest.mark.parametrize("question", [NOUL, CHOICE, SCORE])
+def test_missing_answer_where_refusals_are_explicit_is_invalid(question: dict[str, Any]) -> None:
+    with pytest.raises(DecisionProviderError) as info:
+        decode_answers(
+            {"q": question, "r": NOUL}, {"r": {"type": "noul", "noul": 0.5}},
+            provider="t", missing="invalid_response",
+        )
+    assert info.value.code == "invalid_response"
+    assert "do not match the questions" in str(info.value) and "q" in str(info.value)
+
+
+def test_explicit_refusal_where_refusals_are_explicit_is_refused() -> None:
+    decoded = decode_answers(
+        {"q": CHOICE}, {"q": {"type": "refusal"}}, provider="t", missing="invalid_response"
+    )["q"]
+    assert decoded.refused and decoded.value is None

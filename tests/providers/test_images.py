@@ -14,7 +14,6 @@ from PIL import Image
 
 from shared.errors import DecisionProviderError
 from shared.settings import Settings
-from worker.faux import FauxProvider
 from worker.providers import (
     DecisionRequest,
     ModelCatalog,
@@ -24,6 +23,7 @@ from worker.providers import (
     plan_images,
 )
 from worker.providers.images import DANGER_ZONE_IMAGES_HEADER
+from worker.testing.faux import FauxProvider
 
 from .support import FAST, deadline
 

@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from shared.errors import DecisionProviderError
-from worker.faux import FauxProvider
 from worker.providers import DecisionRequest, OpenAIDecisionsProvider
+from worker.testing.faux import FauxProvider
 
 from .support import FAST, STATE, deadline, questions
 
@@ -103,17 +103,36 @@ async def test_answer_twice_for_one_question_is_invalid() -> None:
 
 
 @pytest.mark.usefixtures("keys")
-async def test_missing_answers_are_refusals() -> None:
+async def test_missing_answers_do_not_match_the_questions() -> None:
+    # OpenAI refuses with {"type": "refusal", "name"}; a question left out is a mismatch,
+    # paid for (booked at its estimate), never a refusal and never a value.
     body = {
         "id": "dec_1",
         "answers": [{"type": "predicate", "name": "is_urgent", "probability": 0.2}],
+    }
+    with pytest.raises(DecisionProviderError) as info:
+        await _answered(body)
+    error = info.value
+    assert error.code == "invalid_response" and "frustration" in str(error)
+    assert error.receipt is not None and error.receipt.status == "failed"
+    assert error.receipt.decision_id == "dec_1"
+    assert error.receipt.cost_basis == "estimate" and error.receipt.cost_usd > 0
+
+
+@pytest.mark.usefixtures("keys")
+async def test_explicit_refusal_is_refused() -> None:
+    body = {
+        "id": "dec_1",
+        "answers": [
+            {"type": "predicate", "name": "is_urgent", "probability": 0.2},
+            {"type": "refusal", "name": "department"},
+            {"type": "refusal", "name": "frustration"},
+        ],
     }
     result = await _answered(body)
     assert result.answers["frustration"].refused and result.answers["frustration"].value is None
     assert result.answers["department"].refused
     assert result.answers["is_urgent"].value is False
-    assert result.receipt.decision_id == "dec_1"
-    assert result.receipt.cost_basis == "estimate" and result.receipt.cost_usd > 0
 
 
 @pytest.mark.usefixtures("keys")

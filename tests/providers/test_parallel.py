@@ -10,9 +10,9 @@ import pytest
 
 from shared.errors import DecisionProviderError
 from shared.settings import Settings
-from worker.faux import FauxProvider
 from worker.providers import DecisionRequest, ParallelProvider, ProviderRegistry, rendered_length
 from worker.providers.parallel import PARALLEL_KEY_HEADER
+from worker.testing.faux import FauxProvider
 
 from .support import FAST, QUESTIONS, STATE, deadline, questions
 

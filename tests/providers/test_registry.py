@@ -8,7 +8,8 @@ import httpx
 import pytest
 
 from shared.errors import ConfigurationError
-from shared.settings import Settings, SystemOneHost
+from shared.setting_types import SystemOneHost
+from shared.settings import Settings
 from worker.providers import BUILT_IN, DecisionProvider, ProviderRegistry
 
 
@@ -118,5 +119,5 @@ def test_default_endpoints(name: str, url: str, model: str | None) -> None:
 def test_transport_policy_comes_from_settings() -> None:
     registry = _registry(provider_timeout_s=12.5, max_transport_attempts=5)
     for name in registry.names():
-        policy = registry.get(name)._policy  # type: ignore[attr-defined]
+        policy = registry.get(name).policy  # type: ignore[attr-defined]
         assert (policy.timeout_s, policy.max_attempts) == (12.5, 5)

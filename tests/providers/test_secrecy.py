@@ -3,6 +3,7 @@ key must appear in no exception text, no receipt and no log line or output."""
 
 from __future__ import annotations
 
+import base64
 import logging
 from typing import Any
 
@@ -10,7 +11,7 @@ import httpx
 import pytest
 
 from shared.errors import DecisionProviderError
-from worker.faux import FauxBehaviour
+from worker.testing.faux import FauxBehaviour
 
 from .support import CASE_IDS, CASES, Case, Rig, deadline
 
@@ -111,3 +112,45 @@ async def test_success_receipts_and_logs_do_not_carry_the_key(
             await rig.aclose()
         assert keys not in result.receipt.model_dump_json()
     assert keys not in caplog.text
+
+
+class EncodedEchoing(httpx.AsyncBaseTransport):
+    """A hostile host that echoes the key in an encoded form where a reference id or an
+    error kind goes (both reach the error's message when they look safe)."""
+
+    def __init__(self, encode: Any) -> None:
+        self.encode = encode
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        auth = request.headers.get("authorization") or request.headers.get("x-api-key") or ""
+        key = auth.split()[-1] if auth else ""
+        form = self.encode(key)
+        body = {
+            "error": {"message": "bad key", "ref_id": form, "type": form, "code": 400},
+            "detail": {"error_type": form, "message": "bad key"},
+        }
+        headers = {"x-request-id": form, "x-typesafe-request-id": form}
+        return httpx.Response(400, json=body, headers=headers)
+
+
+ENCODINGS = {
+    "upper": str.upper,
+    "base64": lambda k: base64.b64encode(k.encode()).decode(),
+    "bearer-base64": lambda k: base64.b64encode(f"Bearer {k}".encode()).decode(),
+}
+
+
+@pytest.mark.parametrize("encoding", sorted(ENCODINGS))
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c.key_env], ids=[c.name for c in CASES if c.key_env]
+)
+async def test_a_host_echoing_an_encoded_key_does_not_leak_it(
+    case: Case, encoding: str, keys: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    form = ENCODINGS[encoding](keys)
+    async with httpx.AsyncClient(transport=EncodedEchoing(ENCODINGS[encoding])) as http:
+        with pytest.raises(DecisionProviderError) as info:
+            await case.provider(http).decide(case.request(), deadline())
+    _assert_clean(info.value, form)
+    assert form not in caplog.text

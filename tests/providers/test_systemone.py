@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from shared.errors import DecisionProviderError
-from shared.settings import Settings, SystemOneHost
-from worker.faux import FauxProvider
+from shared.setting_types import SystemOneHost
+from shared.settings import Settings
 from worker.providers import (
     DecisionRequest,
     ProviderRegistry,
@@ -17,6 +17,7 @@ from worker.providers import (
     SystemOneProvider,
 )
 from worker.providers.httpbase import CALL_KEY_HEADER
+from worker.testing.faux import FauxProvider
 
 from .support import FAST, STATE, deadline, questions
 

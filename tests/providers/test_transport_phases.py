@@ -7,6 +7,9 @@ fails here first), and what the transport makes of it, with the requests the ser
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
@@ -14,16 +17,28 @@ import httpx
 import pytest
 
 from shared.errors import DecisionProviderError
+from shared.outcomes import call_status
+from worker.http.connection_pool import sharded_client
 from worker.providers import (
     AuthSpec,
+    DecisionRequest,
     OutboundRequest,
+    ParallelProvider,
     TransportPolicy,
     UnknownCost,
     send_never_replay,
     was_cancelled,
 )
 
-from .loopback import LoopbackServer, Reply, full_backlog, refusing_port
+from .loopback import (
+    UNRESOLVABLE,
+    FailingHandshake,
+    LoopbackServer,
+    Reply,
+    full_backlog,
+    refusing_port,
+)
+from .support import STATE, questions
 
 KEY_VAR = "LOOPBACK_TEST_KEY"
 POLICY = TransportPolicy(timeout_s=1.0, max_attempts=3, backoff_base_s=0.01, backoff_max_s=0.02)
@@ -125,7 +140,80 @@ async def test_httpx_raises_pool_timeout_waiting_for_the_only_connection() -> No
             await blocker
 
 
+@asynccontextmanager
+async def _client(kind: str) -> AsyncIterator[httpx.AsyncClient]:
+    """httpx's own client, or the worker's (its pool on the asyncio network backend)."""
+    client = httpx.AsyncClient() if kind == "httpx" else sharded_client(
+        max_connections=4, timeout=5
+    )
+    async with client:
+        yield client
+
+
+CLIENT_KINDS = ["httpx", "worker"]
+
+
+@pytest.mark.parametrize("kind", CLIENT_KINDS)
+async def test_httpx_raises_connect_error_for_a_name_that_never_resolves(kind: str) -> None:
+    async with _client(kind) as client:
+        with pytest.raises(httpx.ConnectError):
+            await client.post(f"https://{UNRESOLVABLE}/", content=b"x", timeout=5)
+
+
+@pytest.mark.parametrize("mode", ["garbage", "untrusted"])
+@pytest.mark.parametrize("kind", CLIENT_KINDS)
+async def test_httpx_raises_connect_error_for_a_failed_tls_handshake(kind: str, mode: str) -> None:
+    async with FailingHandshake(mode) as server, _client(kind) as client:  # type: ignore[arg-type]
+        with pytest.raises(httpx.ConnectError):
+            await client.post(server.url, content=b"x", timeout=5)
+
+
 # --- what the transport makes of each phase -----------------------------------------------
+
+
+def _assert_never_sent(exc: DecisionProviderError, caplog: pytest.LogCaptureFixture) -> None:
+    """Retried with backoff up to the attempts, then ``connection``, booked ``not_sent``."""
+    assert exc.code == "connection" and exc.attempts == POLICY.max_attempts
+    assert "nothing was sent" in str(exc)
+    assert exc.cost_usd is None and call_status(exc) == "not_sent"
+    waits = [r for r in caplog.records if "never sent" in r.getMessage()]
+    assert len(waits) == POLICY.max_attempts - 1, "a backoff before every retry"
+
+
+@pytest.mark.parametrize("kind", CLIENT_KINDS)
+async def test_dns_failure_is_retried_then_connection(
+    kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="worker.providers.transport")
+    async with _client(kind) as client:
+        exc = await _fails(f"https://{UNRESOLVABLE}", client=client)
+    _assert_never_sent(exc, caplog)
+
+
+@pytest.mark.parametrize("mode", ["garbage", "untrusted"])
+@pytest.mark.parametrize("kind", CLIENT_KINDS)
+async def test_failed_tls_handshake_is_retried_then_connection(
+    kind: str, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="worker.providers.transport")
+    async with FailingHandshake(mode) as server, _client(kind) as client:  # type: ignore[arg-type]
+        exc = await _fails(server.url, client=client)
+    _assert_never_sent(exc, caplog)
+    # Nothing of the request (its path, its key) ever reached the server.
+    assert b"/v1/decide" not in server.received and b"sk-loopback" not in server.received
+    if mode == "garbage":
+        assert server.connections == POLICY.max_attempts
+
+
+async def test_a_provider_never_reaching_its_host_books_not_sent(keys: str) -> None:
+    async with httpx.AsyncClient() as http:
+        provider = ParallelProvider(http=http, base_url=f"https://{UNRESOLVABLE}", policy=POLICY)
+        with pytest.raises(DecisionProviderError) as info:
+            await provider.decide(DecisionRequest(state=STATE, questions=questions()), _deadline())
+    error = info.value
+    assert error.code == "connection" and error.attempts == POLICY.max_attempts
+    assert error.receipt is not None and error.receipt.status == "not_sent"
+    assert error.receipt.cost_usd is None
 
 
 async def test_refused_connection_is_retried_then_connection() -> None:
@@ -158,12 +246,17 @@ async def test_cancel_while_connecting_is_aborted_nothing_sent() -> None:
 
 
 async def test_pool_timeout_is_never_sent_and_retried() -> None:
-    async with LoopbackServer(Reply(delay_s=1.5), Reply(body={"ok": True})) as server:
+    # The blocker holds the one connection for 3 s, so our first attempt's 2 s pool wait
+    # times out (never sent) and a later one gets the connection. The timeout is also the
+    # read timeout of the attempt that is sent: 2 s, so that a loaded machine's slow answer
+    # is not mistaken for an unknown outcome.
+    async with LoopbackServer(Reply(delay_s=3.0), Reply(body={"ok": True})) as server:
         limits = httpx.Limits(max_connections=1)
         async with httpx.AsyncClient(limits=limits) as client:
-            blocker = asyncio.create_task(client.post(server.url, content=b"x", timeout=5))
-            await asyncio.sleep(0.1)
-            policy = TransportPolicy(timeout_s=0.5, max_attempts=5, backoff_base_s=0.2)
+            blocker = asyncio.create_task(client.post(server.url, content=b"x", timeout=10))
+            while server.requests == 0:
+                await asyncio.sleep(0.01)
+            policy = TransportPolicy(timeout_s=2.0, max_attempts=5, backoff_base_s=0.2)
             await _send(server.url, client=client, policy=policy)
             await blocker
     # The blocker and ours: ours went out once, after the pool freed up.

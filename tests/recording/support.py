@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 
 from shared.settings import Settings, get_settings
-from worker.faux import FauxProvider, FauxResponse
-from worker.faux.app import Admission
-from worker.faux.outcome import Outcome
 from worker.providers import DecisionRequest, ProviderRegistry, ProviderResult
-from worker.testing.faux import provider_urls
+from worker.testing.faux import FauxProvider, FauxResponse
+from worker.testing.faux.outcome import Outcome
+from worker.testing.faux.reading import Admission
+from worker.testing.handles import provider_urls
 
 MODEL = "typesafe/jev-1.14"
 STATE = {"body": "Help! My payouts have been failing for 3 days."}

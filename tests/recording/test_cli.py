@@ -15,8 +15,9 @@ from typer.testing import CliRunner
 from shared.canonical import canonical_bytes
 from tests.support.processes import DECISIONS, decisions_env, faux_server
 from worker.cli import app
-from worker.faux import FauxServer
-from worker.providers.recording import REPLAY_MISS_HEADER, Recorder, observing
+from worker.providers.observers import REPLAY_MISS_HEADER, observing
+from worker.testing.faux import FauxServer
+from worker.testing.recording import Recorder
 
 from .support import MODEL, decide, questions, recordings, request, settings_at
 

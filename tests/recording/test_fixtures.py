@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from shared.settings import Settings
-from worker.faux.outcome import Outcome
 from worker.testing import (
     DecisionsWorker,
     FauxBehaviourControl,
@@ -18,6 +17,7 @@ from worker.testing import (
     ReplyStream,
     RequestCounts,
 )
+from worker.testing.faux.outcome import Outcome
 
 
 def ticket(job_id: str, **extra: Any) -> dict[str, Any]:

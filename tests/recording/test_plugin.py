@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from tests.support.processes import decisions_env
-from worker.faux import FauxServer
+from worker.testing.faux import FauxServer
 
 from .support import recordings
 

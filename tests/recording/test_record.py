@@ -15,15 +15,9 @@ import pytest
 
 from shared.errors import DecisionProviderError
 from shared.settings import get_settings
-from worker.faux import FauxBehaviour, FauxServer
-from worker.providers.recording import (
-    REDACTED,
-    ObservedResponse,
-    Recorder,
-    observing,
-    redact_fields,
-    request_digest,
-)
+from worker.providers.observers import ObservedResponse, observing
+from worker.testing.faux import FauxBehaviour, FauxServer
+from worker.testing.recording import REDACTED, Recorder, redact_fields, request_digest
 
 from .support import (
     KEY_VARS,

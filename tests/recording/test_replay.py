@@ -15,11 +15,12 @@ import pytest
 
 from shared.canonical import canonical_bytes
 from shared.errors import DecisionProviderError
-from worker.faux import FauxBehaviour, FauxProvider, FauxServer
-from worker.faux.replay import REPLAY_MISS_STATUS, ReplayStore
 from worker.providers import ProviderResult
-from worker.providers.recording import REPLAY_MISS_HEADER, Recorder, observing
+from worker.providers.observers import REPLAY_MISS_HEADER, observing
 from worker.providers.systemone import FAUX_IN_PROCESS_URL
+from worker.testing.faux import FauxBehaviour, FauxProvider, FauxServer
+from worker.testing.faux.replay import REPLAY_MISS_STATUS, ReplayStore
+from worker.testing.recording import Recorder
 
 from .support import MODEL, STATE, decide, questions, recordings, request, settings_at
 

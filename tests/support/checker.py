@@ -10,14 +10,14 @@ The promise being checked, per (job id, reply stream) a producer submitted:
   tolerated only if they carry the same message and ``Client.replies`` drops them; the message
   is the one the ledger stored (first written wins);
 - a call whose outcome is unknown escalates its job ``decision_interrupted`` (and was never
-  asked again); a ``deadline_exceeded`` or ``rejected`` job sent nothing;
+  asked again); a ``deadline_exceeded``, ``budget_exhausted`` or ``rejected`` job sent
+  nothing;
 - every escalation reaches the escalation stream once;
-- no job is lost: each has its terminal message, if need be after the reaper ran, or, for a
-  job the ledger never saw whose message the broker no longer holds, after the producer
-  resubmitted it (``recover``). kombu's Redis transport pops a message (BRPOP) and records it
-  as unacknowledged in a second round trip: a consumer killed in between takes the message
-  with it (celery/celery#4354, #7950). Resubmitting is safe, the ledger sends nothing twice;
-  such jobs are counted as ``broker_lost``, and a job the ledger did see is never resubmitted.
+- no job is lost: each has its terminal message, if need be after the reaper ran. That
+  includes a job whose message kombu's Redis transport lost (popped by a consumer killed
+  before it recorded the message unacknowledged, celery/celery#4354, kombu#305): the
+  product recovers it itself (the producer recorded its intake, a worker's reaper
+  republishes it, ``worker.recovery.intake``); nothing here resubmits anything.
 
 ``check`` raises ``AssertionError`` listing every broken promise, else returns ``Figures``.
 """
@@ -35,7 +35,7 @@ import redis
 from shared import keys
 from shared.client import Client
 from shared.settings import Settings
-from shared.streams import StreamEntry, read_stream
+from shared.streams import StreamEntry, read_entries, read_stream
 from worker.ledger import CallRow, JobRow, Ledger
 
 __all__ = ["Figures", "JobView", "check", "faux_calls"]
@@ -56,6 +56,7 @@ class Figures:
     escalated: dict[str, int] = field(default_factory=dict)
     unknown_calls: int = 0
     reaped: int = 0
+    #: Jobs the workers' reapers republished because the broker had lost their message.
     broker_lost: int = 0
     escalation_duplicates: int = 0
     #: Per job id: its terminal outcome (``result``, ``escalation:<reason>``, ``rejected``,
@@ -116,10 +117,11 @@ def _terminal_entries(
     return found
 
 
-def _escalation_entries(r: redis.Redis, stream: str) -> Counter[tuple[str, str]]:
-    counts: Counter[tuple[str, str]] = Counter()
-    for entry in read_stream(r, stream):
-        counts[(entry.job_id, entry.fields.get("reply_to", ""))] += 1
+def _escalation_entries(r: redis.Redis, stream: str) -> Counter[str]:
+    """Escalation stream entries per job: one a job, whatever stream(s) it replied to."""
+    counts: Counter[str] = Counter()
+    for entry in read_entries(r, stream):
+        counts[entry.job_id] += 1
     return counts
 
 
@@ -162,7 +164,7 @@ def _views(
                 calls=calls,
                 row=ledger.get_job(job_id),
                 entries=entries.get((job_id, stream), []),
-                escalation_entries=escalations[(job_id, stream)],
+                escalation_entries=escalations[job_id],
             )
         )
     return views
@@ -202,7 +204,10 @@ def _problems(view: JobView, deduplicated: int) -> list[str]:
     # A conflicting resubmission (same id, other content) is rejected naming ``id``; the
     # calls under that id belong to the submission that came first.
     conflict = kind == "rejected" and [p["field"] for p in message["problems"]] == ["id"]
-    nothing_sent = (kind == "rejected" and not conflict) or reason == "deadline_exceeded"
+    nothing_sent = (kind == "rejected" and not conflict) or reason in (
+        "deadline_exceeded",
+        "budget_exhausted",
+    )
     if nothing_sent and (sent or sent_calls):
         problems.append(f"{who}: {reason or kind}, yet {sent} request(s) were received")
     for step, call in view.calls.items():
@@ -210,7 +215,7 @@ def _problems(view: JobView, deduplicated: int) -> list[str]:
             problems.append(f"{who}: {step} unknown but the job ended {kind}/{reason}")
     if kind == "escalation" and view.escalation_entries < 1:
         problems.append(f"{who}: escalated, but not on the escalation stream")
-    if view.escalation_entries > (len(view.entries) if kind == "escalation" else 0):
+    if view.escalation_entries > (1 if kind == "escalation" else 0):
         problems.append(f"{who}: {view.escalation_entries} entries on the escalation stream")
     if kind == "result" and not any(c.status == "answered" for c in view.calls.values()):
         problems.append(f"{who}: a result without an answered call")
@@ -224,14 +229,12 @@ def check(
     faux_url: str,
     ledger_url: str,
     reap: Callable[[], object] | None = None,
-    recover: Callable[[list[str]], list[str]] | None = None,
     escalation_stream: str = keys.ESCALATION_STREAM,
 ) -> Figures:
     """Check every (job id, reply stream) pair.
 
-    If a job has no message, ``reap`` runs once; if some still have none and the ledger never
-    saw them, ``recover`` is given their ids and returns those it resubmitted (it resubmits
-    only what the broker no longer holds, and waits for their replies).
+    If a job has no message, ``reap`` runs once (``decisions ledger reap``, the product's own
+    command); nothing is ever resubmitted.
     """
     wanted = list(dict.fromkeys(pairs))
     ledger = Ledger(ledger_url)
@@ -245,27 +248,18 @@ def check(
         views = look()
         missing = [v for v in views if not v.entries]
         reaped = 0
-        resubmitted: list[str] = []
         if missing and reap is not None:
             reap()
             views = look()
             reaped = len(missing) - sum(1 for v in views if not v.entries)
-        unseen = sorted({v.job_id for v in views if not v.entries and v.row is None})
-        if unseen and recover is not None:
-            resubmitted = recover(unseen)
-            views = look()
     finally:
         ledger.dispose()
     deduplicated = _deduplicated(r, sorted({s for _, s in wanted}))
-    figures = Figures(
-        jobs=len(wanted),
-        reaped=reaped,
-        broker_lost=len(resubmitted),
-        broker_lost_ids=sorted(resubmitted),
-    )
+    figures = Figures(jobs=len(wanted), reaped=reaped)
     problems: list[str] = []
     escalated: Counter[str] = Counter()
     counted_packs: set[str] = set()
+    escalation_counted: set[str] = set()
     for view in views:
         problems.extend(_problems(view, deduplicated[(view.job_id, view.stream)]))
         if view.job_id not in figures.requests_by_job:  # a job on two streams sent once
@@ -293,7 +287,9 @@ def check(
             figures.rejected += 1
         else:
             escalated[str(message.get("reason"))] += 1
-            figures.escalation_duplicates += max(0, view.escalation_entries - 1)
+            if view.job_id not in escalation_counted:  # one count a job, however many streams
+                escalation_counted.add(view.job_id)
+                figures.escalation_duplicates += max(0, view.escalation_entries - 1)
     figures.escalated = dict(escalated)
     if problems:
         shown = "\n  ".join(problems[:30])

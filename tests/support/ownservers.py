@@ -39,11 +39,15 @@ def _wait(what: str, ready: Callable[[], bool], timeout_s: float = 30) -> None:
 
 
 class OwnRedis:
-    """A redis-server of the test's own; ``kill``/``start`` keep its data (AOF)."""
+    """A redis-server of the test's own; ``kill``/``start`` keep its data (AOF), unless it
+    was made with ``persist=False`` (then a restart empties it, as a cache-like Redis does).
+    ``extra`` arguments go to redis-server as they are."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *, persist: bool = True, extra: tuple[str, ...] = ()) -> None:
         self.workdir = workdir
         self.port = free_port()
+        self.persist = persist
+        self.extra = extra
         self.proc: subprocess.Popen[bytes] | None = None
 
     def url(self, db: int = 0) -> str:
@@ -60,10 +64,11 @@ class OwnRedis:
                 "--port", str(self.port),
                 "--bind", "127.0.0.1",
                 "--dir", str(self.workdir),
-                "--appendonly", "yes",
+                "--appendonly", "yes" if self.persist else "no",
                 "--appendfsync", "always",
                 "--save", "",
                 "--maxmemory-policy", "noeviction",
+                *self.extra,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -96,9 +101,9 @@ class OwnRedis:
 
 
 @contextmanager
-def own_redis() -> Iterator[OwnRedis]:
+def own_redis(*, persist: bool = True, extra: tuple[str, ...] = ()) -> Iterator[OwnRedis]:
     workdir = Path(tempfile.mkdtemp(prefix="decisions-redis-"))
-    server = OwnRedis(workdir)
+    server = OwnRedis(workdir, persist=persist, extra=extra)
     try:
         server.start()
         yield server

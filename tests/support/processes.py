@@ -19,7 +19,14 @@ DECISIONS = str(Path(sys.executable).with_name("decisions"))
 
 
 def decisions_env(**settings: str) -> dict[str, str]:
+    """The environment of a `decisions` process with these settings. The CI Redis keeps
+    nothing on disk, so workers accept volatile streams unless a test says otherwise
+    (``accept_volatile_streams="0"``); and the suite's workers answer ``faux`` in process
+    when no ``faux_url`` is given, which production never does unless asked
+    (``faux_in_process="0"``: as production runs)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DECISIONS_")}
+    env["DECISIONS_ACCEPT_VOLATILE_STREAMS"] = "1"
+    env["DECISIONS_FAUX_IN_PROCESS"] = "1"
     env.update({f"DECISIONS_{k.upper()}": v for k, v in settings.items()})
     env["PYTHONUNBUFFERED"] = "1"
     return env

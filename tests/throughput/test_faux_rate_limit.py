@@ -6,8 +6,8 @@ import httpx
 
 from shared.canonical import canonical_bytes
 from tests.faux.conftest import AUTH, system_one_body
-from worker.faux import FauxProvider, FauxServer
-from worker.faux.ratelimit import RateLimit
+from worker.testing.faux import FauxProvider, FauxServer
+from worker.testing.faux.ratelimit import RateLimit
 
 BODY = canonical_bytes(system_one_body())
 

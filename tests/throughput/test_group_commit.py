@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from shared.errors import JobConflict, LedgerError
 from tests.support.services import postgres_schema
 from worker.ledger import CallOutcome, Claim, ClaimLost, JobNotFound, Ledger, LedgerUnavailable
-from worker.ledger.batch import GroupCommit
+from worker.ledger.batch import MARK_WINDOW_S, GroupCommit
 
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
@@ -368,3 +368,35 @@ def test_a_batch_of_finishes_is_few_statements_and_each_keeps_its_verdict(
         assert call is not None and call.status == "answered"
     lost = ledger.get_job("lost")
     assert lost is not None and not lost.finished  # the refused finish left nothing behind
+
+
+def test_a_later_mark_rides_on_the_next_batch_or_is_written_after_its_window(
+    ledger: Ledger,
+) -> None:
+    for job_id in ("ride", "alone", "late"):
+        ledger.open_job(**job(job_id))
+        ledger.claim(**claim(job_id))
+        ledger.finish_job(**answered(job_id))
+    ledger.mark_published(job_id="late")
+    stamped = ledger.get_job("late")
+    group = GroupCommit(ledger)
+
+    async def scenario() -> tuple[Any, Any, Any]:
+        group.mark_published_later("ride")
+        group.mark_published_later("late")  # published before: its first stamp stays
+        await group.open_job(**job("next"))  # the next write's transaction takes the marks
+        ride = ledger.get_job("ride")
+        group.mark_published_later("alone")
+        alone = ledger.get_job("alone")
+        for _ in range(200):  # no write comes: a batch of its own, a window later
+            if alone is not None and alone.published_at is not None:
+                break
+            await asyncio.sleep(MARK_WINDOW_S)
+            alone = ledger.get_job("alone")
+        return ride, alone, ledger.get_job("late")
+
+    ride, alone, late = asyncio.run(scenario())
+    group.close()
+    assert ride is not None and ride.published_at is not None
+    assert alone is not None and alone.published_at is not None
+    assert late is not None and stamped is not None and late.published_at == stamped.published_at

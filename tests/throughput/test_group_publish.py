@@ -14,11 +14,11 @@ import redis
 
 from shared import keys
 from shared.replies import EscalationMessage, ResultMessage
-from shared.streams import RedisPublisher, read_stream
+from shared.streams import RedisPublisher, read_entries, read_stream
 from tests.support.ownservers import own_redis
 from tests.support.services import redis_database
 from tests.throughput.support import REDIS_DB
-from worker.reply_batch import GroupPublish
+from worker.delivery.reply_batch import GroupPublish
 
 pytestmark = pytest.mark.integration
 
@@ -76,7 +76,7 @@ def test_many_publishes_share_round_trips_and_each_lands_once(client: redis.Redi
     assert sorted(e.job_id for e in entries) == ids
     kinds = {e.job_id: e.type for e in entries}
     assert kinds["j000"] == "escalation" and kinds["j001"] == "result"
-    on_escalations = [e.job_id for e in read_stream(client, ESCALATIONS)]
+    on_escalations = [e.job_id for e in read_entries(client, ESCALATIONS)]
     assert sorted(on_escalations) == ids[::10]
     assert client.exists(keys.published_marker(STREAM, "j123")) == 1
 

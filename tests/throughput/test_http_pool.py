@@ -16,8 +16,8 @@ import pytest
 
 from shared.canonical import canonical_bytes
 from tests.faux.conftest import AUTH, system_one_body
-from worker.faux import FauxBehaviour, FauxServer
-from worker.http_pool import ShardedTransport, _OriginPool, sharded_client
+from worker.http.connection_pool import ShardedTransport, _OriginPool, sharded_client
+from worker.testing.faux import FauxBehaviour, FauxServer
 
 BODY = canonical_bytes(system_one_body())
 

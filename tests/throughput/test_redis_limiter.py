@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from shared import keys
-from shared.settings import ProviderLimit
+from shared.setting_types import ProviderLimit
 from tests.support.services import redis_database, redis_url
 from tests.throughput.support import REDIS_DB
 from worker.providers.redis_limiter import RedisLimiter, SlotToken

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from shared.settings import Settings
-from worker.gc_policy import tune_gc
+from worker.process.gc_policy import tune_gc
 
 
 @pytest.fixture(autouse=True)
@@ -40,7 +40,7 @@ def test_a_negative_threshold_is_refused_naming_the_field() -> None:
 
 
 def test_long_lived_objects_are_frozen_only_in_a_tuned_process() -> None:
-    import worker.gc_policy as policy
+    import worker.process.gc_policy as policy
 
     gc.unfreeze()
     policy._tuned = False

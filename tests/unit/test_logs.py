@@ -9,7 +9,7 @@ import sys
 
 SCRIPT = """
 import logging, os, structlog
-from worker.logs import configure_logging
+from worker.process.logs import configure_logging
 configure_logging(fmt="json")
 print(os.getpid(), flush=True)
 structlog.get_logger("decisions.runner").info(

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from shared.jobs import job_fingerprint, parse_job
+from shared.fingerprint import job_fingerprint
+from shared.job_parsing import parse_job
 from shared.settings import Settings
+from worker.delivery.sinks import MemorySink
+from worker.kinds.decide import DECIDE_STEP
+from worker.kinds.dispatch import Runner
 from worker.ledger import Ledger
 from worker.providers import ProviderRegistry
-from worker.runner import DECIDE_STEP, Runner
-from worker.sinks import MemorySink
 
 
 @pytest.mark.parametrize(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from shared.jobs import parse_job
+from shared.job_parsing import parse_job
 from shared.replies import Answer
-from worker.verdicts import verdict
+from shared.verdicts import verdict
 
 JOB = parse_job(
     {

@@ -1,21 +1,30 @@
-"""``decisions escalations list|claim|resolve|release``: a reviewer's commands."""
+"""``decisions escalations list|claim|resolve|release``: a reviewer's commands.
+
+An escalation entry that does not parse is skipped with a line on stderr naming it; the
+others are listed and claimed as usual. A resolve's answer may be any size: ``--answer -``
+reads it from stdin, ``--answer-file PATH`` from a file (an inline argument is bounded by
+the system's argument list).
+"""
 
 from __future__ import annotations
 
 import getpass
 import json
 import socket
+import sys
+from pathlib import Path
 
 import redis
 import typer
+from rich.markup import escape
 from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Table
 
-from shared.errors import EscalationNotFound, ResolutionInvalid
+from shared.errors import EscalationNotFound, PublishFailed, ResolutionInvalid
 from shared.escalations import EscalationQueue, OpenEscalation
 from shared.settings import get_settings
-from worker.cli.console import console, err_console
+from worker.cli.terminal import console, err_console
 
 __all__ = ["register"]
 
@@ -33,12 +42,17 @@ def _queue() -> EscalationQueue:
         claim_idle_s=settings.escalation_claim_idle_s,
         marker_ttl_s=settings.publish_marker_ttl_s,
         menu_checker=_menu_checker(),
+        on_skip=_report_skip,
     )
+
+
+def _report_skip(entry_id: str, why: str) -> None:
+    err_console.print(f"[yellow]skipped escalation {entry_id}[/]: {why}", highlight=False)
 
 
 def _menu_checker():  # type: ignore[no-untyped-def]
     try:
-        from worker.menus.resolution import check_menu_answer
+        from worker.kinds.menus.resolution import check_menu_answer
     except ImportError:
         return None
     return check_menu_answer
@@ -51,16 +65,34 @@ def _default_reviewer() -> str:
 REVIEWER = typer.Option(None, "--reviewer", help="your name (default: user@host)")
 
 
+REASON = typer.Option(
+    None,
+    "--reason",
+    help="only escalations for this reason (low_confidence, decision_refused, ...)",
+)
+BATCH = typer.Option(None, "--batch", help="only escalations of jobs in this batch")
+
+
 @escalations_app.command("list")
 def list_(
-    reason: str | None = typer.Option(None, "--reason"),
-    batch: str | None = typer.Option(None, "--batch"),
+    reason: str | None = REASON,
+    batch: str | None = BATCH,
+    as_json: bool = typer.Option(False, "--json", help="print a JSON array instead of a table"),
 ) -> None:
     """Open escalations, oldest first: waiting ones and those a reviewer holds."""
     items = _queue().open(reason=reason, batch=batch)
+    if as_json:
+        typer.echo(json.dumps([_listed(item) for item in items], indent=2))
+        return
     table = Table(title=f"{len(items)} open escalation(s)")
-    for column in ("id", "job", "batch", "reason", "age", "held by"):
-        table.add_column(column)
+    # The ids are copied into claim/resolve/release: never cut, wrapped whole if need be.
+    widest = max((len(item.entry_id) for item in items), default=2)
+    table.add_column("id", no_wrap=True, min_width=widest)
+    table.add_column("job", overflow="fold")
+    for column in ("batch", "reason"):
+        table.add_column(column, overflow="fold")
+    table.add_column("age", no_wrap=True)
+    table.add_column("held by", overflow="fold")
     for item in items:
         table.add_row(
             item.entry_id,
@@ -73,10 +105,21 @@ def list_(
     console.print(table)
 
 
+def _listed(item: OpenEscalation) -> dict[str, object]:
+    return {
+        "id": item.entry_id,
+        "job_id": item.message.job_id,
+        "batch": item.message.batch,
+        "reason": item.message.reason,
+        "age_s": round(item.age_s, 3),
+        "held_by": item.holder,
+    }
+
+
 @escalations_app.command("claim")
 def claim(
-    reason: str | None = typer.Option(None, "--reason"),
-    batch: str | None = typer.Option(None, "--batch"),
+    reason: str | None = REASON,
+    batch: str | None = BATCH,
     reviewer: str | None = REVIEWER,
     as_json: bool = typer.Option(False, "--json", help="print the escalation as JSON"),
 ) -> None:
@@ -105,10 +148,14 @@ def _show(item: OpenEscalation) -> None:
     context = message.context
     if "questions" in context:
         console.print("[bold]questions[/]")
-        console.print(Syntax(json.dumps(context["questions"], indent=2), "json"))
+        console.print(Syntax(json.dumps(context["questions"], indent=2), "json", word_wrap=True))
         console.print("[bold]state[/]")
         console.print(
-            Syntax(json.dumps(context.get("state"), indent=2, ensure_ascii=False), "json")
+            Syntax(
+                json.dumps(context.get("state"), indent=2, ensure_ascii=False),
+                "json",
+                word_wrap=True,  # the whole state, wrapped: never cropped at the edge
+            )
         )
     if message.answers:
         console.print("[bold]the provider's answers[/]")
@@ -126,42 +173,106 @@ def _show(item: OpenEscalation) -> None:
     if context.get("last_reply"):
         console.print("[bold]the model's last reply[/]")
         console.print(context["last_reply"])
-    console.print(f"answer with: decisions escalations resolve {item.entry_id} --answer JSON")
+    console.print(
+        f"answer with: decisions escalations resolve {item.entry_id} --answer JSON "
+        "(or --answer - to read it from stdin, --answer-file PATH)"
+    )
 
 
 @escalations_app.command("resolve")
 def resolve(
     entry_id: str = typer.Argument(..., help="the escalation's id (from list or claim)"),
-    answer: str = typer.Option(..., "--answer", help="JSON: {question: value} or a menu pick"),
+    answer: str | None = typer.Option(
+        None, "--answer", help="JSON: {question: value} or a menu pick; - reads it from stdin"
+    ),
+    answer_file: Path | None = typer.Option(
+        None, "--answer-file", help="a file holding the answer's JSON (any size)"
+    ),
     reviewer: str | None = REVIEWER,
 ) -> None:
     """Check the answer against the question or menu, publish it as the job's resolution."""
-    try:
-        parsed = json.loads(answer)
-    except ValueError:
-        err_console.print("[red]--answer is not JSON[/]")
-        raise typer.Exit(2) from None
+    parsed = _read_answer(answer, answer_file)
     try:
         resolution = _queue().resolve(entry_id, reviewer or _default_reviewer(), parsed)
     except ResolutionInvalid as exc:
-        for problem in exc.problems:
-            err_console.print(f"[red]{problem.field}[/]: {problem.message}")
+        for problem in exc.problems[:50]:
+            err_console.print(f"[red]{problem.field}[/]: {problem.message}", highlight=False)
+        if len(exc.problems) > 50:
+            err_console.print(f"... and {len(exc.problems) - 50} more problem(s)")
         raise typer.Exit(2) from None
-    except EscalationNotFound as exc:
-        err_console.print(f"[red]{exc}[/]")
+    except (EscalationNotFound, PublishFailed) as exc:
+        err_console.print(f"[red]{exc}[/]", highlight=False)
         raise typer.Exit(1) from None
-    console.print(f"resolved {resolution.job_id}: {json.dumps(resolution.answer)}")
+    shown = json.dumps(resolution.answer)
+    if len(shown) > 200:
+        shown = f"{shown[:200]}... ({len(shown)} characters)"
+    console.print(f"resolved {resolution.job_id}: {shown}", highlight=False)
+
+
+def _read_answer(answer: str | None, answer_file: Path | None) -> object:
+    """The answer's JSON from exactly one of --answer, --answer - (stdin), --answer-file."""
+    if (answer is None) == (answer_file is None):
+        err_console.print("[red]give the answer with --answer JSON, --answer - or --answer-file[/]")
+        raise typer.Exit(2)
+    where = "--answer"
+    if answer_file is not None:
+        where = f"--answer-file {answer_file}"
+        try:
+            text = answer_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            err_console.print(f"[red]{where}: cannot read it ({exc.__class__.__name__})[/]")
+            raise typer.Exit(2) from None
+    elif answer == "-":
+        where = "--answer - (stdin)"
+        text = sys.stdin.read()
+    else:
+        text = str(answer)
+    try:
+        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
+    except ValueError as exc:
+        err_console.print(f"[red]{where} is not JSON: {exc}[/]", highlight=False)
+        raise typer.Exit(2) from None
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    # Strict JSON: a key given twice would silently keep its last value.
+    found: dict[str, object] = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(f"the key {key!r} appears twice")
+        found[key] = value
+    return found
 
 
 @escalations_app.command("release")
 def release(
-    entry_id: str = typer.Argument(...),
+    entry_id: str = typer.Argument(..., help="the escalation's id (from list or claim)"),
     reviewer: str | None = REVIEWER,
 ) -> None:
     """Give an escalation back to the queue."""
+    queue = _queue()
+    who = reviewer or _default_reviewer()
     try:
-        _queue().release(entry_id, reviewer or _default_reviewer())
+        queue.release(entry_id, who)
     except EscalationNotFound as exc:
-        err_console.print(f"[red]{exc}[/]")
+        err_console.print(f"[red]{escape(_not_released(queue, entry_id, who, exc))}[/]")
         raise typer.Exit(1) from None
     console.print(f"released {entry_id}")
+
+
+def _not_released(queue: EscalationQueue, entry_id: str, reviewer: str, exc: Exception) -> str:
+    """Why ``reviewer`` could not release ``entry_id``: who holds it, or that nobody does."""
+    try:
+        item = queue.get(entry_id)
+    except EscalationNotFound:
+        return f"{exc}: it is not open (resolved, or no such id: see decisions escalations list)"
+    if item.holder is None:
+        return f"{exc}: nobody holds it, it is waiting in the queue"
+    return (
+        f"{exc}: it is held by {item.holder}; "
+        f"if that is you, run: decisions escalations release {entry_id} --reviewer {item.holder}"
+    )

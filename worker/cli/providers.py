@@ -1,12 +1,18 @@
-"""``decisions providers``: the configured providers, their models and limits, key set or not."""
+"""``decisions providers``: the configured providers, their models and limits, key set or not.
+
+One small two-column table a provider (what, value), so that it reads whole at 80 columns:
+a table of every provider side by side cut every column, names too, at that width.
+"""
 
 from __future__ import annotations
+
+import json
 
 import typer
 from rich.table import Table
 
 from shared.settings import get_settings
-from worker.cli.console import console
+from worker.cli.terminal import console
 from worker.providers import ProviderRegistry
 
 __all__ = ["register"]
@@ -14,22 +20,41 @@ __all__ = ["register"]
 
 def register(app: typer.Typer) -> None:
     @app.command("providers")
-    def providers() -> None:
+    def providers(
+        as_json: bool = typer.Option(False, "--json", help="print a JSON array instead of tables"),
+    ) -> None:
         """List providers: models, limits, and whether each key variable is set (never the key)."""
         registry = ProviderRegistry.from_settings(get_settings())
         rows = registry.describe()
-        table = Table(title=f"providers (default: {registry.default_name})")
-        columns = list(rows[0]) if rows else []
-        for column in columns:
-            table.add_column(column)
+        if as_json:
+            typer.echo(json.dumps(rows, indent=2, default=str))
+            return
+        console.print(f"[bold]{len(rows)} provider(s)[/], default: {registry.default_name}")
         for row in rows:
-            table.add_row(*(_cell(row.get(column)) for column in columns))
-        console.print(table)
+            console.print(_provider_table(row))
+
+
+def _provider_table(row: dict[str, object]) -> Table:
+    name = str(row.get("name"))
+    title = f"{name} (default)" if row.get("default") else name
+    table = Table(title=title, title_justify="left", show_header=False)
+    table.add_column("what", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for key, value in row.items():
+        if key in ("name", "default"):
+            continue
+        if isinstance(value, dict):
+            for sub, limit in value.items():
+                if limit is not None:
+                    table.add_row(f"{key}: {sub}".replace("_", " "), _cell(limit))
+            continue
+        table.add_row(key.replace("_", " "), _cell(value))
+    return table
 
 
 def _cell(value: object) -> str:
     if isinstance(value, list | tuple):
         return ", ".join(str(v) for v in value) or "any"
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={v}" for k, v in value.items() if v is not None)
-    return "" if value is None else str(value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return "-" if value is None else str(value)

@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import UTC, datetime
 from pathlib import Path
 
 import redis
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from shared.client import Client
-from shared.settings import get_settings
+from shared import keys
+from shared.client import Client, SubmitReport
+from shared.rejection import rejection_for
+from shared.settings import Settings, get_settings
 from shared.streams import follow_stream, read_stream
-from worker.cli.console import console, err_console
-from worker.cli.jsonl import read_jobs
-from worker.judgments import judgment_checker
-from worker.judgments.dryrun import print_report, report_json, worker_prices
-from worker.menus.submit import job_checker
+from worker.cli.jsonl import JobLine, line_number, line_of, plain_reason, read_lines
+from worker.cli.terminal import console, err_console
+from worker.kinds.judgments import judgment_checker
+from worker.kinds.judgments.dryrun import print_report, report_json, worker_prices
+from worker.kinds.menus.submit import job_checker
 from worker.providers import ProviderRegistry
 from worker.runtimes import RuntimeRegistry
 
-__all__ = ["register"]
+__all__ = ["register", "reply_bound_s"]
 
 
 def register(app: typer.Typer) -> None:
@@ -55,13 +60,18 @@ def register(app: typer.Typer) -> None:
         ``decisions ledger status --batch``; ``--dry-run`` prints it and sends nothing.
         ``--pack`` packs decide jobs of one batch about the same state, for the same provider
         and model, into shared requests; each job still gets its own reply."""
+        problem = keys.reply_to_problem(reply_to)
+        if problem:
+            err_console.print(f"[red]--reply-to {reply_to[:80]!r}: {problem}[/]", highlight=False)
+            raise typer.Exit(2)
         settings = get_settings()
         providers = ProviderRegistry.from_settings(settings)
         checker = judgment_checker(
             providers, job_checker(providers, RuntimeRegistry.from_settings(settings))
         )
         client = Client(settings, checker=checker)
-        jobs = read_jobs(file)
+        lines = read_lines(file)
+        jobs = [line.job for line in lines]
         estimate = client.estimate(
             jobs, reply_to=reply_to, prices=worker_prices(settings, price), pack=pack
         )
@@ -69,34 +79,58 @@ def register(app: typer.Typer) -> None:
             if as_json:
                 typer.echo(report_json(estimate))
             else:
-                print_report(estimate, console, err_console)
+                # Named as submit names them: 1-based lines, the job's id where it has one.
+                named = {
+                    _where(key, lines): problems for key, problems in estimate.rejected.items()
+                }
+                print_report(dataclasses.replace(estimate, rejected=named), console, err_console)
             return
-        report = client.submit_batch(
-            jobs, reply_to=reply_to, chunk_size=chunk_size, pack=pack
-        )
+        report = client.submit_batch(jobs, reply_to=reply_to, chunk_size=chunk_size, pack=pack)
         console.print(
             f"submitted {len(report.job_ids)} job(s) in {report.messages} message(s) to "
             f"{_safe_url(settings.broker_url)}; rejected {len(report.rejected)}; "
             f"replies on {reply_to!r}"
         )
         for job_id, problems in report.rejected.items():
-            listed = "; ".join(f"{p.field}: {p.message}" for p in problems)
-            err_console.print(f"[yellow]rejected[/] {job_id}: {listed}")
+            line = line_number(job_id, lines)
+            listed = plain_reason(problems, line)
+            where = line_of(job_id, lines)
+            if not job_id.startswith("line-"):
+                where = f"{job_id} ({where})"
+            elif line is not None:
+                # The id its rejected message carries in the stream: one name for the line.
+                stream_id = rejection_for(line.job, problems, reply_to=reply_to).job_id
+                listed = f"{listed} [stream id {stream_id}]"
+            # Escaped: a job id or message may hold "[", which rich would read as markup.
+            err_console.print(f"[yellow]rejected[/] {escape(where)}: {escape(listed)}")
         if not wait:
             return
+        if not report.job_ids:
+            err_console.print(
+                f"[red]every job was rejected ({len(report.rejected)}): nothing was queued, "
+                "no reply to wait for; fix the lines above and submit again[/]"
+            )
+            raise typer.Exit(1)
         wanted = set(report.job_ids)
+        bound_s = timeout if timeout is not None else reply_bound_s(settings, report)
+        done: set[str] = set()
         counts: dict[str, int] = {}
-        with Progress(
-            TextColumn("[bold]replies"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-        ) as progress:
-            task = progress.add_task("replies", total=len(wanted))
-            for reply in client.replies(reply_to, job_ids=wanted, timeout_s=timeout):
-                counts[reply.type] = counts.get(reply.type, 0) + 1
-                progress.advance(task)
+        try:
+            with Progress(
+                TextColumn("[bold]replies"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+            ) as progress:
+                task = progress.add_task("replies", total=len(wanted))
+                for reply in client.replies(reply_to, job_ids=wanted, timeout_s=bound_s):
+                    done.add(reply.job_id)
+                    counts[reply.type] = counts.get(reply.type, 0) + 1
+                    progress.advance(task)
+        except TimeoutError:
+            _report_missing(sorted(wanted - done), bound_s, given=timeout is not None)
+            raise typer.Exit(1) from None
         summary = ", ".join(f"{kind}: {n}" for kind, n in sorted(counts.items()))
         console.print(f"every job has replied ({summary})")
 
@@ -108,6 +142,13 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Print a reply stream as JSON lines (every entry, duplicates included)."""
+        if not keys.is_reply_name(stream):
+            err_console.print(
+                f"[red]{stream[:80]!r} is not a reply stream name: "
+                f"{keys.reply_to_problem(stream)}[/]",
+                highlight=False,
+            )
+            raise typer.Exit(2)
         settings = get_settings()
         client = redis.Redis.from_url(settings.redis_url)
         entries = follow_stream(client, stream) if follow else read_stream(client, stream)
@@ -117,6 +158,43 @@ def register(app: typer.Typer) -> None:
                     typer.echo(entry.message)
         except KeyboardInterrupt:
             pass
+
+
+def _where(key: str, lines: list[JobLine]) -> str:
+    where = line_of(key, lines)
+    return where if key.startswith("line-") else f"{key} ({where})"
+
+
+def reply_bound_s(settings: Settings, report: SubmitReport) -> float:
+    """How long ``submit --wait`` waits without ``--timeout``: past it, a job will not reply.
+
+    A job a worker took has its terminal message by its deadline plus the lease margin (an
+    escalation at worst, once a reaper settles a dead worker's claim); one the broker lost is
+    republished by a reaper a visibility timeout after it was submitted. A reaper round or
+    two, and a little slack, on top of the later of the two."""
+    left = 0.0
+    if report.latest_deadline is not None:
+        left = (report.latest_deadline - datetime.now(UTC)).total_seconds()
+    taken = left + settings.lease_margin_s
+    return max(taken, settings.visibility_timeout_s) + 2 * settings.reaper_interval_s + 10
+
+
+def _report_missing(missing: list[str], waited_s: float, *, given: bool) -> None:
+    shown = ", ".join(missing[:10]) + (
+        f" (and {len(missing) - 10} more)" if len(missing) > 10 else ""
+    )
+    err_console.print(
+        f"[yellow]{len(missing)} job(s) still without a reply after {waited_s:.0f} s:[/] {shown}"
+    )
+    if given:
+        err_console.print("Wait longer with a larger --timeout, or follow the stream later.")
+        return
+    err_console.print(
+        "By now each should have replied, if a worker took it. `decisions status` shows "
+        "whether workers are running and how many jobs were submitted but never taken; "
+        "a worker with DECISIONS_REAPER_INTERVAL_S=0 republishes none. Submitting the same "
+        "file again is safe: the ledger never sends a request twice."
+    )
 
 
 def _safe_url(url: str) -> str:

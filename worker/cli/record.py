@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from shared.settings import get_settings
-from worker.cli.console import err_console
+from worker.cli.terminal import err_console
 
 __all__ = ["register"]
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from shared.settings import get_settings
-from worker.cli.console import console
-from worker.cli.jsonl import read_jobs
-from worker.embedded import RunSummary, run_batch
-from worker.logs import configure_logging
+from worker.cli.jsonl import read_lines, unreadable_problems
+from worker.cli.terminal import console, err_console
+from worker.embedded import RunSummary, at_the_faux, run_batch
+from worker.process.logs import configure_logging
 
 __all__ = ["register"]
 
@@ -20,6 +21,7 @@ __all__ = ["register"]
 def register(app: typer.Typer) -> None:
     @app.command("run")
     def run(
+        ctx: typer.Context,
         file: Path = typer.Argument(
             ..., exists=True, dir_okay=False, help="a batch, one job per line"
         ),
@@ -30,20 +32,34 @@ def register(app: typer.Typer) -> None:
         pack: bool = typer.Option(
             False, "--pack", help="let decide jobs about the same state share requests"
         ),
+        live: bool = typer.Option(
+            False,
+            "--live",
+            help="ask the real providers the jobs name, with the keys in the environment "
+            "(paid); without it the faux answers every provider",
+        ),
     ) -> None:
-        """Run a batch on an in-process worker: memory broker, SQLite ledger, faux provider."""
+        """Run a batch on an in-process worker: memory broker, SQLite ledger, and the faux
+        answering every provider (nothing leaves this machine) unless --live."""
         settings = get_settings()
         configure_logging("DEBUG" if verbose else "WARNING", settings.log_format)
-        provider = settings.default_provider
-        if provider == "faux" and not settings.faux_url:
+        if live:
             console.print(
-                "provider: [bold]faux[/] (in-process fake, no request leaves this machine; "
-                "set DECISIONS_DEFAULT_PROVIDER for a real one)"
+                "providers: [bold]live[/]: each job's provider is asked at its real host, "
+                f"with the key in the environment (default provider: {settings.default_provider})"
             )
         else:
-            console.print(f"provider: [bold]{provider}[/]")
+            settings, faux_url = ctx.with_resource(at_the_faux(settings))
+            console.print(
+                f"providers: [bold]faux[/] at {faux_url} answers every provider; no request "
+                "leaves this machine (--live asks the real ones)"
+            )
         console.print(f"ledger: {settings.ledger_url}")
-        jobs = read_jobs(file)
+        lines = read_lines(file)
+        for number, problem in unreadable_problems(lines):
+            # Each is rejected when its turn comes; named here by its line, since it has no id.
+            err_console.print(f"[yellow]line {number}[/]: {escape(problem.message)}")
+        jobs = [line.job for line in lines]
         with Progress(
             TextColumn("[bold]jobs"),
             BarColumn(),
@@ -72,6 +88,8 @@ def _print_summary(summary: RunSummary) -> None:
     for reason, count in sorted(summary.escalation_reasons.items()):
         table.add_row(f"  {reason}", str(count))
     table.add_row("rejected", str(summary.by_type["rejected"]))
+    if summary.rejected_at_submit:
+        table.add_row("  at submit (never queued)", str(summary.rejected_at_submit))
     table.add_section()
     table.add_row("requests sent (this run)", str(summary.requests_sent))
     table.add_row("cost this run (USD)", f"{summary.cost_usd_this_run:.6f}")

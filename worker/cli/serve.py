@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import typer
 
 from shared import keys
 from shared.errors import ConfigurationError, SchemaBehind
-from shared.settings import get_settings
-from worker.cli.console import console, err_console
+from shared.settings import Settings, get_settings
+from worker.cli.terminal import console, err_console
 from worker.ledger import Ledger
+from worker.ledger.engine import describe_url
 
 __all__ = ["register"]
 
@@ -30,11 +32,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Start a Celery worker with the project's defaults; extra arguments go to Celery."""
         from worker.app import app as celery_app
-        from worker.app import check_visibility_timeout
+        from worker.app import check_visibility_timeout, pool_settings
 
         settings = get_settings()
         try:
             check_visibility_timeout(settings)
+            _check_registries(settings)
             ledger = Ledger.from_settings(settings)
             if migrate:
                 ledger.migrate()
@@ -43,10 +46,17 @@ def register(app: typer.Typer) -> None:
         except (ConfigurationError, SchemaBehind) as exc:
             err_console.print(f"[red]refusing to start:[/] {exc}")
             raise typer.Exit(2) from None
+        _pool, concurrency = pool_settings(settings)
+        chosen = _pool_argument(ctx.args)
+        if chosen is not None:
+            # Celery reads "--pool prefork" (its default) as "the configured pool": name it
+            # in the configuration too, so an explicit pool is the pool.
+            celery_app.conf.worker_pool = chosen
+            concurrency = settings.worker_concurrency
         argv = [
             "worker",
             f"--queues={keys.CELERY_QUEUE}",
-            f"--concurrency={settings.worker_concurrency}",
+            f"--concurrency={concurrency}",
             f"--loglevel={settings.log_level}",
             *ctx.args,
         ]
@@ -57,14 +67,24 @@ def register(app: typer.Typer) -> None:
         """Bring the ledger's schema up to date (Alembic)."""
         settings = get_settings()
         ledger = Ledger.from_settings(settings)
+        before = ledger.current_revision()
         ledger.migrate()
         ledger.check_schema()
-        console.print("ledger schema is up to date")
+        after = ledger.current_revision()
+        where = describe_url(settings.ledger_url)
+        if before is None:
+            console.print(f"created the ledger schema (revision {after}) in {where}")
+        elif before != after:
+            console.print(
+                f"upgraded the ledger schema from revision {before} to {after} in {where}"
+            )
+        else:
+            console.print(f"the ledger schema in {where} is up to date (revision {after})")
 
     @faux_app.command("serve")
     def faux_serve(
-        host: str = typer.Option("127.0.0.1", "--host"),
-        port: int = typer.Option(8765, "--port"),
+        host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
+        port: int = typer.Option(8765, "--port", help="port to listen on"),
         latency_ms: float = typer.Option(0.0, "--latency-ms", help="delay before each answer"),
         mode: str = typer.Option(
             "ok",
@@ -89,8 +109,8 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Serve the fake System One / Parallel / OpenAI Decisions endpoint."""
-        from worker.faux import FauxBehaviour, run_forever
-        from worker.faux.replay import ReplayStore
+        from worker.testing.faux import FauxBehaviour, run_forever
+        from worker.testing.faux.replay import ReplayStore
 
         behaviour = FauxBehaviour(
             latency_ms=latency_ms,
@@ -102,3 +122,29 @@ def register(app: typer.Typer) -> None:
         if replay is not None:
             console.print(f"replaying {len(ReplayStore(replay))} recording(s) from {replay}")
         run_forever(host, port, behaviour, replay=replay)
+
+
+def _pool_argument(args: list[str]) -> str | None:
+    """The pool named by Celery arguments (``--pool X``, ``--pool=X``, ``-P X``, ``-PX``)."""
+    chosen = None
+    for index, arg in enumerate(args):
+        if arg in ("--pool", "-P") and index + 1 < len(args):
+            chosen = args[index + 1]
+        elif arg.startswith("--pool="):
+            chosen = arg.split("=", 1)[1]
+        elif arg.startswith("-P") and len(arg) > 2:
+            chosen = arg[2:]
+    return chosen
+
+
+def _check_registries(settings: Settings) -> None:
+    """``ConfigurationError`` for a provider or runtime setting (an unknown default, a host
+    under a built-in name) that would fail every task of the worker: it refuses to start."""
+    from worker.providers import ProviderRegistry
+    from worker.runtimes import RuntimeRegistry
+
+    async def build_and_close() -> None:
+        await ProviderRegistry.from_settings(settings).aclose()
+        await RuntimeRegistry.from_settings(settings).aclose()
+
+    asyncio.run(build_and_close())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from worker.settings_doc import settings_table
+from worker.cli.settings_doc import settings_table
 
 __all__ = ["register"]
 

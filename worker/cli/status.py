@@ -2,7 +2,9 @@
 
 Queue depth (the broker's own count of the Celery queue), the workers answering
 ``celery inspect stats`` within a short timeout, calls in flight (ledger ``claimed``, and how
-many of those a dead worker left behind), the outbox backlog and the escalations still open.
+many of those a dead worker left behind), the outbox backlog, the escalations still open, and
+the jobs submitted that no worker has taken yet (intake records, ``shared.intake``: those
+older than the visibility timeout the broker may have lost; a worker's reaper republishes them).
 Every figure is read, none is estimated; a source that cannot be reached is named, and the
 command then exits 1.
 """
@@ -20,11 +22,11 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from rich.table import Table
 
+from shared.intake import IntakeBook, IntakeCounts
 from shared.settings import get_settings
-from worker.cli.console import console
+from worker.cli.terminal import console
 from worker.ledger import Ledger
-from worker.logs import mask_passwords
-from worker.metrics.fleet import (
+from worker.observability.metrics.fleet import (
     EscalationCounts,
     LedgerGauges,
     QueueDepth,
@@ -34,6 +36,7 @@ from worker.metrics.fleet import (
     queue_depth,
     workers,
 )
+from worker.process.logs import mask_passwords
 
 __all__ = ["FleetStatus", "read_status", "register"]
 
@@ -45,6 +48,7 @@ class FleetStatus:
     workers: list[WorkerInfo] | None = None
     ledger: LedgerGauges | None = None
     escalations: EscalationCounts | None = None
+    intake: IntakeCounts | None = None
     #: Source name -> why it could not be read.
     unreachable: dict[str, str] = field(default_factory=dict)
 
@@ -77,6 +81,7 @@ def read_status(timeout_s: float = 1.0) -> FleetStatus:
         )
         try:
             status.escalations = escalation_counts(client)
+            status.intake = IntakeBook(client).counts(settings.visibility_timeout_s)
         finally:
             client.close()
     except redis.RedisError as exc:
@@ -104,8 +109,9 @@ def register(app: typer.Typer) -> None:
 
 def _print(s: FleetStatus) -> None:
     table = Table(title="decisions fleet", show_header=True)
-    table.add_column("what")
-    table.add_column("value", justify="right")
+    # Folded, never cut with "…": a broker URL or a reason can be longer than 80 columns.
+    table.add_column("what", overflow="fold")
+    table.add_column("value", justify="right", overflow="fold")
     table.add_row("broker", s.broker)
     if s.queue is not None:
         table.add_row(f"queue {s.queue.queue!r}: waiting", str(s.queue.ready))
@@ -126,14 +132,23 @@ def _print(s: FleetStatus) -> None:
         table.add_row("escalations open", str(s.escalations.open))
         table.add_row("  waiting for a reviewer", str(s.escalations.waiting))
         table.add_row("  claimed by a reviewer", str(s.escalations.claimed))
+    if s.intake is not None:
+        table.add_section()
+        table.add_row("jobs submitted, not taken yet", str(s.intake.waiting))
+        overdue = f"[red]{s.intake.overdue}[/]" if s.intake.overdue else "0"
+        table.add_row("  older than the visibility timeout", overdue)
+        if s.intake.oldest_s is not None:
+            table.add_row("  oldest submitted (s ago)", f"{s.intake.oldest_s:.0f}")
     for source, why in sorted(s.unreachable.items()):
         table.add_section()
         table.add_row(f"[red]{source} unreachable[/]", why)
     console.print(table)
     if s.workers:
         listing = Table(title="workers", show_header=True)
-        for column in ("name", "concurrency", "processes", "tasks done", "uptime (s)"):
-            listing.add_column(column, justify="left" if column == "name" else "right")
+        # Short headers, the name folded whole: the table reads at 80 columns.
+        listing.add_column("name", overflow="fold")
+        for column in ("conc.", "procs", "done", "up (s)"):
+            listing.add_column(column, justify="right", no_wrap=True)
         for w in s.workers:
             listing.add_row(
                 w.name,

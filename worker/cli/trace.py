@@ -1,29 +1,32 @@
-"""``decisions trace JOB_ID``: a job's calls as a tree, from the ledger.
+"""``decisions trace JOB_ID``: a job's calls as a tree, from the ledger, and the reviewer's
+resolution of its escalation (who, when, the answer) from Redis.
 
 Model calls (``pick.0``, re-picks ``pick.1`` ..., work turns ``turn.N``) at the top, each
 turn's tool executions (``tool.N``) under it, a handler's or tool's own model calls
 (``handler.call.0``) under them, and the handler last; each with its status, timing, cost
-and the head of its reply (or result). A decide job shows its one ``decide`` call.
+and its whole reply (or result). A decide job shows its one ``decide`` call.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
+import redis
 import typer
 from rich.markup import escape
 from rich.tree import Tree
 
+from shared import keys
+from shared.replies import ResolutionMessage, parse_reply
 from shared.settings import get_settings
-from worker.cli.console import console, err_console
+from worker.cli.terminal import console, err_console
+from worker.kinds.menus import HANDLER_PROVIDER
 from worker.ledger import CallRow, JobRow, Ledger
-from worker.menus import HANDLER_PROVIDER
 
-__all__ = ["Node", "build_tree", "register"]
-
-HEAD_CHARS = 90
+__all__ = ["Node", "Resolution", "build_tree", "register", "resolution_of"]
 
 
 @dataclass
@@ -121,16 +124,29 @@ def _packed(call: CallRow) -> str:
 
 
 def _head(call: CallRow) -> str:
+    """The call's whole answer: the stored reply, content or value (the stored ``head`` is
+    cut short by the runner), or its error; never cut here either."""
     outcome = _outcome(call)
-    head = outcome.get("head")
-    if head is None and "error" in outcome:
-        head = outcome["error"]
+    reply = outcome.get("reply")
+    if isinstance(reply, dict):
+        text = reply.get("text") or reply.get("refusal") or ""
+        names = [c.get("name") for c in reply.get("tool_calls") or [] if isinstance(c, dict)]
+        if names:
+            text = f"{text} [tool calls: {', '.join(str(n) for n in names)}]".strip()
+        if text:
+            return " ".join(str(text).split())
+    head: Any = None
+    for name in ("content", "value", "error", "head"):
+        if outcome.get(name) is not None:
+            head = outcome[name]
+            break
     if head is None and call.outcome_json:
         head = call.outcome_json
     if head is None:
         return ""
-    text = " ".join(str(head).split())
-    return text if len(text) <= HEAD_CHARS else text[: HEAD_CHARS - 1] + "…"
+    if not isinstance(head, str):
+        head = json.dumps(head, ensure_ascii=False)
+    return " ".join(head.split())
 
 
 def _label(call: CallRow) -> str:
@@ -164,7 +180,59 @@ def _job_label(row: JobRow) -> str:
     return f"[bold]job {escape(row.job_id)}[/]  {row.kind}{batch}  [bold]{escape(outcome)}[/]"
 
 
-def render(row: JobRow, calls: list[CallRow]) -> Tree:
+@dataclass(frozen=True)
+class Resolution:
+    """A reviewer's answer to the job's escalation, as recorded in Redis."""
+
+    reviewer: str
+    at: datetime | None
+    answer: Any
+    #: Why it could not be read in full (Redis down, the reply entry trimmed); None if read.
+    problem: str | None = None
+
+
+def resolution_of(client: redis.Redis, row: JobRow) -> Resolution | None:
+    """The job's resolution: who and when from ``keys.resolved_record``, the answer from the
+    resolution message in the job's reply stream; None if nobody resolved it."""
+    raw: Any = client.hgetall(keys.resolved_record(row.job_id))
+    record = {_text(k): _text(v) for k, v in raw.items()}
+    if not record:
+        return None
+    at_ms = record.get("resolved_at_ms")
+    at = datetime.fromtimestamp(int(at_ms) / 1000, UTC) if at_ms and at_ms.isdigit() else None
+    reviewer = record.get("reviewer", "?")
+    entry = record.get("reply_entry_id")
+    if not entry or not keys.is_reply_name(row.reply_to):
+        return Resolution(reviewer, at, None, "the resolution message's entry is not recorded")
+    rows: Any = client.xrange(keys.reply_stream(row.reply_to), min=entry, max=entry)
+    if not rows:
+        return Resolution(reviewer, at, None, f"entry {entry} is no longer in {row.reply_to!r}")
+    fields = {_text(k): _text(v) for k, v in rows[0][1].items()}
+    try:
+        message = parse_reply(fields.get("message", ""))
+    except ValueError:
+        return Resolution(reviewer, at, None, f"entry {entry} is not a readable message")
+    if not isinstance(message, ResolutionMessage):
+        return Resolution(
+            reviewer, at, None, f"entry {entry} is a {message.type}, not a resolution"
+        )
+    return Resolution(message.reviewer or reviewer, at, message.answer)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _resolution_label(found: Resolution) -> str:
+    when = found.at.strftime("%Y-%m-%d %H:%M:%S UTC") if found.at else "at an unknown time"
+    line = f"[bold green]resolved[/] by [bold]{escape(found.reviewer)}[/] {when}"
+    if found.problem:
+        return f"{line}\n[yellow]answer not shown: {escape(found.problem)}[/]"
+    answer = json.dumps(found.answer, ensure_ascii=False, sort_keys=True)
+    return f"{line}\nanswer: {escape(answer)}"
+
+
+def render(row: JobRow, calls: list[CallRow], resolution: Resolution | str | None = None) -> Tree:
     tree = Tree(_job_label(row))
 
     def add(parent: Tree, node: Node) -> None:
@@ -176,10 +244,16 @@ def render(row: JobRow, calls: list[CallRow]) -> Tree:
         add(tree, node)
     if not calls:
         tree.add("[dim]no calls[/]")
+    if isinstance(resolution, Resolution):
+        tree.add(_resolution_label(resolution))
+    elif resolution is not None:
+        tree.add(f"[yellow]resolution: {escape(resolution)}[/]")
     return tree
 
 
-def _as_json(row: JobRow, calls: list[CallRow]) -> dict[str, Any]:
+def _as_json(
+    row: JobRow, calls: list[CallRow], resolution: Resolution | str | None
+) -> dict[str, Any]:
     def node(n: Node) -> dict[str, Any]:
         call = n.call
         return {
@@ -205,7 +279,32 @@ def _as_json(row: JobRow, calls: list[CallRow]) -> dict[str, Any]:
         "outcome": row.terminal_type,
         "reason": row.terminal_reason,
         "calls": [node(n) for n in build_tree(calls)],
+        "resolution": _resolution_json(resolution),
     }
+
+
+def _resolution_json(resolution: Resolution | str | None) -> Any:
+    if isinstance(resolution, Resolution):
+        return {
+            "reviewer": resolution.reviewer,
+            "at": resolution.at.isoformat() if resolution.at else None,
+            "answer": resolution.answer,
+            "problem": resolution.problem,
+        }
+    return None if resolution is None else {"problem": resolution}
+
+
+def _lookup_resolution(row: JobRow) -> Resolution | str | None:
+    """Only an escalated job can have one; Redis out of reach is said, not an error."""
+    if row.terminal_type != "escalation":
+        return None
+    client = redis.Redis.from_url(get_settings().redis_url)
+    try:
+        return resolution_of(client, row)
+    except redis.RedisError as exc:
+        return f"Redis unreachable ({type(exc).__name__}); not known whether it was resolved"
+    finally:
+        client.close()
 
 
 def register(app: typer.Typer) -> None:
@@ -222,7 +321,8 @@ def register(app: typer.Typer) -> None:
             err_console.print(f"[red]no job {escape(job_id)} in the ledger[/] ({ledger.url})")
             raise typer.Exit(1)
         calls = ledger.calls(job_id)
+        resolution = _lookup_resolution(row)
         if as_json:
-            typer.echo(json.dumps(_as_json(row, calls), indent=2))
+            typer.echo(json.dumps(_as_json(row, calls, resolution), indent=2))
             return
-        console.print(render(row, calls))
+        console.print(render(row, calls, resolution))

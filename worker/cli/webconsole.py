@@ -1,17 +1,20 @@
 """``decisions console``: serve the reviewer console (a web page for escalations and batches).
 
-Not to be confused with ``worker.cli.console``, the rich terminal console of the CLI.
+Not to be confused with ``worker.cli.terminal``, the rich terminal console of the CLI.
 """
 
 from __future__ import annotations
 
 import getpass
+from pathlib import Path
 
 import typer
 
-from shared.errors import LedgerError
+from shared.errors import ConfigurationError, LedgerError
+from shared.escalations import QUEUE_CONSUMER
+from shared.setting_types import ConsoleUser
 from shared.settings import get_settings
-from worker.cli.console import console, err_console
+from worker.cli.terminal import console, err_console
 
 __all__ = ["register"]
 
@@ -31,23 +34,24 @@ def serve(
     port: int | None = typer.Option(None, "--port", help="default DECISIONS_CONSOLE_PORT"),
     host: str | None = typer.Option(None, "--host", help="default DECISIONS_CONSOLE_HOST"),
 ) -> None:
-    """Serve the console (logins from DECISIONS_CONSOLE_USERS)."""
+    """Serve the console (logins from DECISIONS_CONSOLE_USERS_FILE and DECISIONS_CONSOLE_USERS)."""
     if ctx.invoked_subcommand is not None:
         return
     import uvicorn
 
-    from worker.console import create_app
+    from worker.console import Users, create_app
     from worker.ledger import Ledger
 
     settings = get_settings()
-    if not settings.console_users:
+    try:
+        users = Users(settings.console_users, settings.console_users_file)
+    except ConfigurationError as exc:
+        err_console.print(f"[red]refusing to start:[/] {exc}")
+        raise typer.Exit(2) from None
+    if not len(users):
         err_console.print(
-            "[yellow]no DECISIONS_CONSOLE_USERS: nobody can log in[/] "
-            "(make a hash with `decisions console hash-password`)"
-        )
-    if settings.console_secret_key is None:
-        err_console.print(
-            "[yellow]no DECISIONS_CONSOLE_SECRET_KEY: a random one, sessions end on restart[/]"
+            "[yellow]no logins: nobody can log in[/] "
+            "(add one with `decisions console add-user NAME --role reviewer`)"
         )
     ledger = Ledger.from_settings(settings)
     try:
@@ -65,6 +69,52 @@ def serve(
 @console_app.command("hash-password")
 def hash_password_command() -> None:
     """Print the Argon2 hash of a password (typed twice, never echoed) for the users setting."""
+    typer.echo(_hashed_password())
+
+
+@console_app.command("add-user")
+def add_user(
+    name: str = typer.Argument(..., help="the login name"),
+    role: str = typer.Option(
+        "read_only", "--role", help="reviewer (claims and answers) or read_only (only looks)"
+    ),
+    file: Path | None = typer.Option(
+        None, "--file", help="logins file (default DECISIONS_CONSOLE_USERS_FILE)"
+    ),
+) -> None:
+    """Add a login to the logins file, or change its password and role (prompts for the
+    password). A running console applies it at once; a changed password ends its sessions."""
+    from worker.console.users_file import read_users_file, write_users_file
+
+    if role not in ("reviewer", "read_only"):
+        err_console.print(f"[red]--role {role!r}:[/] reviewer or read_only")
+        raise typer.Exit(2)
+    if not name.strip() or len(name) > 200 or name != name.strip():
+        err_console.print("[red]NAME:[/] 1 to 200 characters, no leading or trailing spaces")
+        raise typer.Exit(2)
+    if name == QUEUE_CONSUMER:
+        err_console.print(f"[red]NAME:[/] {name!r} is reserved (the queue's own consumer)")
+        raise typer.Exit(2)
+    path = file or get_settings().console_users_file
+    try:
+        users = read_users_file(path)
+    except ConfigurationError as exc:
+        err_console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
+    existed = name in users
+    users[name] = ConsoleUser(password_hash=_hashed_password(), role=role)
+    try:
+        write_users_file(path, users)
+    except OSError as exc:
+        err_console.print(f"[red]{path}: cannot be written ({exc.strerror})[/]")
+        raise typer.Exit(1) from None
+    console.print(f"{'updated' if existed else 'added'} {name} ({role}) in {path}")
+    if path.resolve() != get_settings().console_users_file.resolve():
+        console.print(f"the console reads it with DECISIONS_CONSOLE_USERS_FILE={path}")
+
+
+def _hashed_password() -> str:
+    """A password typed twice (never echoed), hashed; exit 2 if they differ or it is empty."""
     from worker.console import hash_password
 
     first = getpass.getpass("password: ")
@@ -72,7 +122,7 @@ def hash_password_command() -> None:
         err_console.print("[red]the two passwords differ[/]")
         raise typer.Exit(2)
     try:
-        typer.echo(hash_password(first))
+        return hash_password(first)
     except ValueError as exc:
         err_console.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None

@@ -1,24 +1,24 @@
 """``create_app``: the reviewer console as a Starlette application.
 
 It reads the same Redis streams (through ``EscalationQueue``) and the same ledger as the
-command line, built from the same settings. Sessions are signed cookies (itsdangerous,
-through Starlette's ``SessionMiddleware``), ``SameSite=Strict`` and HTTP-only; the pages are
-Jinja2 templates with autoescaping on, and the static files are the package's own.
+command line, built from the same settings. Sessions live in Redis (``sessions``): the
+cookie is a random id, ``SameSite=Strict``, HTTP-only, and ``Secure`` over HTTPS; logins are
+throttled (``throttle``). The pages are Jinja2 templates with autoescaping on, and the static
+files are the package's own.
 """
 
 from __future__ import annotations
 
 import logging
-import secrets
 from pathlib import Path
 from typing import Any
 
 import redis
+import redis.asyncio as aioredis
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
@@ -27,12 +27,14 @@ from starlette.staticfiles import StaticFiles
 from shared.escalations import EscalationQueue
 from shared.resolutions import MenuAnswerChecker
 from shared.settings import Settings
-from worker.console import batch_views, escalation_views, login_views
+from worker.console import batch_views, calibration_views, escalation_views, login_views
 from worker.console.auth import Users
-from worker.console.estimates import EstimateSource, NoEstimates
+from worker.console.estimates import EstimateSource, StoredEstimates
 from worker.console.filters import install_filters
 from worker.console.headers import SecurityHeaders
-from worker.console.web import ConsoleState, redirect, render
+from worker.console.sessions import RedisSessions
+from worker.console.throttle import LoginThrottle, PasswordChecks
+from worker.console.web import USER_KEY, ConsoleState, redirect, render
 from worker.ledger import Ledger
 
 __all__ = ["create_app", "menu_checker", "templates"]
@@ -45,7 +47,7 @@ _MAX_BODY_BYTES = 1024 * 1024
 def menu_checker() -> MenuAnswerChecker | None:
     """The menu engine's answer check, once it is installed (imported late: it is optional)."""
     try:
-        from worker.menus.resolution import check_menu_answer
+        from worker.kinds.menus.resolution import check_menu_answer
     except ImportError:
         return None
     checker: MenuAnswerChecker = check_menu_answer
@@ -78,29 +80,31 @@ def create_app(
             marker_ttl_s=settings.publish_marker_ttl_s,
             menu_checker=menu_checker(),
         )
+    sessions_redis = aioredis.Redis.from_url(settings.redis_url)
     state = ConsoleState(
         queue=queue,
         ledger=ledger or Ledger.from_settings(settings),
-        users=Users(settings.console_users),
-        estimates=estimates or NoEstimates(),
+        users=Users(settings.console_users, settings.console_users_file),
+        estimates=estimates or StoredEstimates(queue.redis),
         templates=templates(),
-    )
-    secret = (
-        settings.console_secret_key.get_secret_value()
-        if settings.console_secret_key
-        else secrets.token_urlsafe(32)
+        throttle=LoginThrottle(
+            sessions_redis,
+            free_failures=settings.console_login_free_failures,
+            max_wait_s=settings.console_login_lockout_max_s,
+        ),
+        password_checks=PasswordChecks(settings.console_password_checks),
     )
     app = Starlette(
         routes=_routes(),
         middleware=[
-            Middleware(SecurityHeaders),
+            Middleware(SecurityHeaders, https_only=settings.console_https_only),
             Middleware(
-                SessionMiddleware,
-                secret_key=secret,
-                session_cookie=SESSION_COOKIE,
-                max_age=settings.console_session_max_age_s,
-                same_site="strict",
+                RedisSessions,
+                client=sessions_redis,
+                cookie=SESSION_COOKIE,
+                max_age_s=settings.console_session_max_age_s,
                 https_only=settings.console_https_only,
+                login_key=USER_KEY,
             ),
         ],
         exception_handlers={HTTPException: _http_error, Exception: _server_error},
@@ -125,6 +129,7 @@ def _routes() -> list[Route | Mount]:
         Route("/escalations/{entry_id}/release", escalation_views.release, methods=["POST"]),
         Route("/batches", batch_views.batch_list, methods=["GET"]),
         Route("/batches/view", batch_views.batch_detail, methods=["GET"]),
+        Route("/calibration", calibration_views.calibration_page, methods=["GET"]),
         Mount("/static", StaticFiles(directory=static), name="static"),
     ]
 

@@ -1,32 +1,46 @@
-"""Who may use the console: logins from settings, Argon2 password hashes, two roles.
+"""Who may use the console: logins from settings and the logins file, Argon2 hashes, two roles.
 
 ``reviewer`` claims, answers and releases escalations; ``read_only`` sees every page and
 changes nothing. An unknown name is checked against a dummy hash, so that the time a
 failed login takes does not tell which names exist.
+
+The logins file (``decisions console add-user``) is re-read when it changes, so a login
+added or changed there applies without a restart. Each login has a ``stamp`` (a digest of
+its password hash): a session remembers the stamp it logged in with and ends when the
+password changes.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final, Literal
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 
-from shared.settings import ConsoleUser
+from shared.errors import ConfigurationError
+from shared.setting_types import ConsoleUser
+from worker.console.users_file import read_users_file
 
 __all__ = ["READ_ONLY", "REVIEWER", "Login", "Role", "Users", "hash_password"]
 
 Role = Literal["reviewer", "read_only"]
 REVIEWER: Final = "reviewer"
 READ_ONLY: Final = "read_only"
+#: Longer names or passwords are refused without hashing them.
+_MAX_INPUT: Final = 1024
 
 _HASHER = PasswordHasher()
+_log = logging.getLogger(__name__)
 
 
 def hash_password(password: str) -> str:
-    """The Argon2id hash to put in ``DECISIONS_CONSOLE_USERS``."""
+    """The Argon2id hash to put in ``DECISIONS_CONSOLE_USERS`` or the logins file."""
     if not password:
         raise ValueError("a password must not be empty")
     return _HASHER.hash(password)
@@ -42,16 +56,30 @@ class Login:
         return self.role == REVIEWER
 
 
+def _stamp(user: ConsoleUser) -> str:
+    return hashlib.sha256(user.password_hash.encode()).hexdigest()[:32]
+
+
 class Users:
-    def __init__(self, users: Mapping[str, ConsoleUser]) -> None:
-        self._users = dict(users)
+    def __init__(self, users: Mapping[str, ConsoleUser], file: Path | None = None) -> None:
+        self._settings = dict(users)
+        self._file = file
+        self._seen: tuple[int, int] | None = None
+        self._lock = threading.Lock()
+        self._users = dict(self._settings)
         self._dummy = _HASHER.hash("not a password of anyone")
+        if file is not None:
+            # At start a bad file is an error the operator sees; later, the last good one stays.
+            self._users = {**self._settings, **read_users_file(file)}
+            self._seen = self._signature()
 
     def __len__(self) -> int:
-        return len(self._users)
+        return len(self._current())
 
     def authenticate(self, name: str, password: str) -> Login | None:
-        user = self._users.get(name)
+        if len(name) > _MAX_INPUT or len(password) > _MAX_INPUT:
+            return None
+        user = self._current().get(name)
         try:
             _HASHER.verify(user.password_hash if user else self._dummy, password)
         except (VerifyMismatchError, VerificationError, InvalidHashError):
@@ -62,5 +90,31 @@ class Users:
 
     def role_of(self, name: str) -> Role | None:
         """The role a session's name has now (a user removed from settings has none)."""
-        user = self._users.get(name)
+        user = self._current().get(name)
         return user.role if user else None
+
+    def stamp_of(self, name: str) -> str | None:
+        """A digest of the login's password hash now (None: no such login)."""
+        user = self._current().get(name)
+        return _stamp(user) if user else None
+
+    def _current(self) -> dict[str, ConsoleUser]:
+        if self._file is None or self._signature() == self._seen:
+            return self._users
+        with self._lock:
+            signature = self._signature()
+            if signature != self._seen:
+                try:
+                    self._users = {**self._settings, **read_users_file(self._file)}
+                except ConfigurationError as exc:
+                    _log.warning("logins file not reloaded, the last good one stays: %s", exc)
+                self._seen = signature
+        return self._users
+
+    def _signature(self) -> tuple[int, int] | None:
+        assert self._file is not None
+        try:
+            stat = self._file.stat()
+        except OSError:
+            return None
+        return stat.st_mtime_ns, stat.st_size

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import redis
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from shared.audit import batch_audit
 from shared.errors import LedgerError
+from shared.submit_rejections import submit_rejections
 from worker.console.auth import Login
 from worker.console.chart import progress_chart
 from worker.console.figures import batch_report, list_batches
+from worker.console.listing import list_open
 from worker.console.web import page, render, state_of
 
 __all__ = ["batch_detail", "batch_list"]
@@ -28,7 +32,10 @@ def batch_list(request: Request, login: Login) -> Response:
     except (LedgerError, SQLAlchemyError) as exc:
         return _ledger_down(request, exc)
     estimates = {b.batch: state.estimates.estimate(b.batch) for b in batches if b.batch}
-    return render(request, "batches.html", batches=batches, estimates=estimates)
+    at_submit = {b.batch: _at_submit(state.queue.redis, b.batch) for b in batches if b.batch}
+    return render(
+        request, "batches.html", batches=batches, estimates=estimates, at_submit=at_submit
+    )
 
 
 @page
@@ -39,10 +46,13 @@ def batch_detail(request: Request, login: Login) -> Response:
     state = state_of(request)
     try:
         report = batch_report(state.ledger, batch, datetime.now(UTC))
-        escalations = state.queue.open(batch=batch)
+        budget = state.ledger.budget(batch)
+        escalations = list_open(state.queue, batch=batch).items
+        actions = batch_audit(state.queue.redis, batch)
     except (LedgerError, SQLAlchemyError) as exc:
         return _ledger_down(request, exc)
-    if report.status.jobs_total == 0:
+    at_submit = _at_submit(state.queue.redis, batch)
+    if report.status.jobs_total == 0 and not at_submit:
         return render(
             request,
             "error.html",
@@ -56,9 +66,20 @@ def batch_detail(request: Request, login: Login) -> Response:
         report=report,
         chart=progress_chart(report.timeline),
         estimate=state.estimates.estimate(batch),
+        budget=budget,
+        at_submit=at_submit,
         open_escalations=len(escalations),
+        audit=actions,
         refresh_s=REFRESH_S if report.status.jobs_open else None,
     )
+
+
+def _at_submit(client: redis.Redis, batch: str) -> int | None:
+    """The batch's lines rejected at submit (never in the ledger); None: Redis is out of reach."""
+    try:
+        return submit_rejections(client, batch)
+    except redis.RedisError:
+        return None
 
 
 def _ledger_down(request: Request, exc: Exception) -> Response:

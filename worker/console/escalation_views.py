@@ -2,8 +2,10 @@
 
 Every move goes through ``EscalationQueue``: ``claim_entry`` when a reviewer opens one,
 ``resolve`` (which checks the answer with the same code as the command line and publishes
-the resolution) and ``release``. A refused answer comes back as the page again, each
-problem next to its field, with what the reviewer had entered.
+the resolution) and ``release``; the queue writes each to the audit log (``shared.audit``).
+A refused answer comes back as the page again, each problem next to its field, with what the
+reviewer had entered. Pages are read through ``listing``: an entry that does not parse is named, not
+an error. A big escalation is shown a page of questions at a time (``decide_form.paged``).
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
+from json import JSONDecodeError
 from typing import Any, Final, get_args
 
+from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -20,15 +24,33 @@ from shared.errors import EscalationNotFound, FieldProblem, ResolutionInvalid
 from shared.escalations import OpenEscalation
 from shared.replies import EscalationReason
 from worker.console.auth import Login
-from worker.console.decide_form import decide_answer, decide_fields
+from worker.console.decide_form import (
+    BULK_CHOICES,
+    BULK_FIELD,
+    DecideField,
+    decide_answer,
+    decide_fields,
+    paged,
+    uses_bulk,
+)
+from worker.console.listing import find_open, list_open
 from worker.console.menu_form import MenuChoice, menu_answer, menu_choices
 from worker.console.state_view import pretty_json, state_images
 from worker.console.web import Form, action, flash, page, redirect, render, state_of
 
-__all__ = ["claim", "escalation_detail", "escalation_list", "release", "resolve"]
+__all__ = ["UNREADABLE", "claim", "escalation_detail", "escalation_list", "release", "resolve"]
 
 REASONS: Final[tuple[str, ...]] = get_args(EscalationReason)
 _ENTRY_ID: Final = re.compile(r"^\d{1,20}-\d{1,20}$")
+#: What a queue that cannot skip an unreadable entry raises reading it (an older
+#: ``EscalationQueue`` reads every open entry before a move): a message, never a 500.
+UNREADABLE: Final = (ValidationError, KeyError, JSONDecodeError)
+_BLOCKED: Final = (
+    "not done: the queue holds an entry that cannot be read (named on the list); "
+    "remove it or upgrade, then try again"
+)
+#: Problems off the page shown are counted, and this many named.
+_NAMED_OFF_PAGE: Final = 5
 
 
 @page
@@ -38,11 +60,13 @@ def escalation_list(request: Request, login: Login) -> Response:
     if reason is not None and reason not in REASONS:
         reason = None
     queue = state_of(request).queue
-    items = queue.open(reason=reason, batch=batch)
+    listing = list_open(queue, reason=reason, batch=batch)
     return render(
         request,
         "escalations.html",
-        items=items,
+        items=listing.items,
+        unreadable=listing.unreadable,
+        unreadable_count=listing.unreadable_count,
         reason=reason,
         batch=batch,
         reasons=REASONS,
@@ -55,10 +79,13 @@ def claim(request: Request, login: Login, form: Form) -> Response:
     entry_id = _entry_id(request)
     if entry_id is None:
         return _not_found(request)
+    queue = state_of(request).queue
     try:
-        state_of(request).queue.claim_entry(entry_id, login.name)
+        queue.claim_entry(entry_id, login.name)
     except EscalationNotFound as exc:
         flash(request, str(exc))
+    except UNREADABLE:
+        flash(request, _BLOCKED)
     return redirect(f"/escalations/{entry_id}")
 
 
@@ -83,31 +110,33 @@ def resolve(request: Request, login: Login, form: Form) -> Response:
             return _detail(request, login, item, form=form, problems=problems, status=422)
     else:
         answer = decide_answer(decide_fields(item.message), form)
+    queue = state_of(request).queue
     try:
-        resolution = state_of(request).queue.resolve(item.entry_id, login.name, answer)
+        resolution = queue.resolve(item.entry_id, login.name, answer)
     except ResolutionInvalid as exc:
         return _detail(request, login, item, form=form, problems=exc.problems, status=422)
     except EscalationNotFound as exc:
         flash(request, str(exc))
         return redirect(f"/escalations/{item.entry_id}")
-    flash(
-        request,
-        f"resolved {resolution.job_id}: {json.dumps(resolution.answer, ensure_ascii=False)}",
-    )
+    except UNREADABLE:
+        flash(request, _BLOCKED)
+        return redirect(f"/escalations/{item.entry_id}")
+    flash(request, f"resolved {resolution.job_id}: {_summary(resolution.answer)}")
     return redirect("/escalations")
 
 
 @action()
 def release(request: Request, login: Login, form: Form) -> Response:
-    entry_id = _entry_id(request)
-    if entry_id is None:
+    item = _open(request)
+    if item is None:
         return _not_found(request)
+    queue = state_of(request).queue
     try:
-        state_of(request).queue.release(entry_id, login.name)
+        queue.release(item.entry_id, login.name)
     except EscalationNotFound as exc:
         flash(request, str(exc))
-        return redirect(f"/escalations/{entry_id}")
-    flash(request, f"released {entry_id} to the queue")
+        return redirect(f"/escalations/{item.entry_id}")
+    flash(request, f"released {item.entry_id} to the queue")
     return redirect("/escalations")
 
 
@@ -126,16 +155,33 @@ def _detail(
     context = message.context
     menu = menu_choices(message) if message.kind == "menu" else None
     fields = decide_fields(message) if message.kind != "menu" else []
-    keys = {f.problem_key for f in fields} | _menu_keys(menu)
+    bulk = uses_bulk(message, fields)
+    page = paged(fields, _page_number(request, form))
+    shown = page.shown if bulk else fields
+    keys = {f.problem_key for f in shown} | _menu_keys(menu)
+    off_page = {f.problem_key for f in fields} - keys
     by_field: dict[str, list[str]] = {}
     general: list[str] = []
+    elsewhere: list[str] = []
     for problem in problems:
         key = _attach(problem.field, keys, menu, (form or {}).get("call"))
-        if key is None:
-            general.append(f"{problem.field}: {problem.message}")
-        else:
+        if key is not None:
             by_field.setdefault(key, []).append(problem.message)
+        elif problem.field in off_page:
+            elsewhere.append(problem.field.removeprefix("answer."))
+        else:
+            general.append(f"{problem.field}: {problem.message}")
+    if elsewhere:
+        named = ", ".join(elsewhere[:_NAMED_OFF_PAGE])
+        extra = len(elsewhere) - _NAMED_OFF_PAGE
+        more = f" and {extra} more" if extra > 0 else ""
+        general.append(
+            f"{len(elsewhere)} question(s) on other pages need an answer ({named}{more}): "
+            "choose a bulk answer for them (only the choices of the page you publish from "
+            "are sent)"
+        )
     state = context.get("state")
+    shown_ids = {f.question_id for f in shown}
     return render(
         request,
         "escalation.html",
@@ -147,12 +193,23 @@ def _detail(
         and item.holder != login.name
         and (item.holder is None or item.idle_s >= idle_s),
         claim_idle_s=idle_s,
-        fields=fields,
+        fields=shown,
+        bulk=bulk,
+        bulk_field=BULK_FIELD,
+        bulk_choices=BULK_CHOICES,
+        bulk_default=_bulk_default(fields),
+        page=page,
+        sift_question=_sift_question(message, fields),
+        sift_items={i.index: i for i in message.items or []},
         menu=menu,
         has_state="state" in context,
         state_json=pretty_json(state),
         images=state_images(state, context.get("assets")),
-        answers_json={k: v.model_dump(mode="json") for k, v in (message.answers or {}).items()},
+        answers_json={
+            k: v.model_dump(mode="json")
+            for k, v in (message.answers or {}).items()
+            if message.kind != "sift" and (not bulk or k in shown_ids)
+        },
         receipts=message.receipts,
         metadata_json=pretty_json(message.metadata) if message.metadata else None,
         form=form or {},
@@ -200,10 +257,40 @@ def _open(request: Request) -> OpenEscalation | None:
     entry_id = _entry_id(request)
     if entry_id is None:
         return None
-    try:
-        return state_of(request).queue.get(entry_id)
-    except EscalationNotFound:
+    return find_open(state_of(request).queue, entry_id)
+
+
+def _page_number(request: Request, form: Form | None) -> int:
+    raw = (form or {}).get("page") or request.query_params.get("page") or "1"
+    return int(raw) if raw.isdigit() and len(raw) < 9 else 1
+
+
+def _bulk_default(fields: list[DecideField]) -> str:
+    """Keep the machine's answers, unless some questions need a reviewer's (then: choose)."""
+    return "" if any(f.required and f.machine is None for f in fields) else "keep"
+
+
+def _sift_question(message: Any, fields: list[DecideField]) -> str | None:
+    if message.kind != "sift" or not fields:
         return None
+    instructions = message.context["questions"][fields[0].question_id].get("instructions")
+    question = instructions.get("question") if isinstance(instructions, dict) else None
+    return question if isinstance(question, str) else json.dumps(question, ensure_ascii=False)
+
+
+def _summary(answer: Any) -> str:
+    """The answer as a flash line: whole if short, counted if big."""
+    text = json.dumps(answer, ensure_ascii=False)
+    if len(text) <= 300:
+        return text
+    if isinstance(answer, dict):
+        counts: dict[str, int] = {}
+        for value in answer.values():
+            shown = json.dumps(value, ensure_ascii=False)
+            counts[shown] = counts.get(shown, 0) + 1
+        parts = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda c: -c[1])[:5])
+        return f"{len(answer)} answers ({parts})"
+    return text[:300] + "…"
 
 
 def _not_found(request: Request) -> Response:

@@ -1,7 +1,9 @@
-"""The seam for a batch's dry-run estimate (issue 9), which the batches page compares with.
+"""A batch's dry-run estimate, which the batches page compares with: the very estimate
+``decisions ledger status --batch`` shows (stored under ``keys.batch_estimate`` at submit or
+by a dry run, read through ``shared.client.Client.stored_estimate``'s format).
 
-No estimator exists yet: ``NoEstimates`` answers None, and the page says "no estimate".
-A real one is passed to ``create_app(estimates=...)``.
+``StoredEstimates`` is the console's default; ``NoEstimates`` remains for tests and for a
+console that has no Redis of estimates.
 """
 
 from __future__ import annotations
@@ -9,7 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["Estimate", "EstimateSource", "NoEstimates"]
+import redis
+
+from shared import keys
+from shared.estimate import Estimate as StoredEstimate
+
+__all__ = ["Estimate", "EstimateSource", "NoEstimates", "StoredEstimates"]
 
 
 @dataclass(frozen=True)
@@ -19,6 +26,8 @@ class Estimate:
     cost_usd: float
     requests: int | None = None
     basis: str = "estimate"
+    #: Some requests go to a provider with no price: ``cost_usd`` is a lower bound.
+    cost_unknown: bool = False
 
 
 class EstimateSource(Protocol):
@@ -28,3 +37,24 @@ class EstimateSource(Protocol):
 class NoEstimates:
     def estimate(self, batch: str) -> Estimate | None:
         return None
+
+
+class StoredEstimates:
+    """The estimate stored in Redis for a batch (None if none is, or Redis is out of reach)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.redis = client
+
+    def estimate(self, batch: str) -> Estimate | None:
+        try:
+            raw = self.redis.get(keys.batch_estimate(batch))
+        except redis.RedisError:
+            return None
+        if raw is None:
+            return None
+        stored = StoredEstimate.from_json(raw)
+        return Estimate(
+            cost_usd=stored.cost_known_usd,
+            requests=stored.requests,
+            cost_unknown=stored.cost_unknown,
+        )

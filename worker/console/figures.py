@@ -1,8 +1,8 @@
 """What the batches page shows, read from the ledger (read-only transactions).
 
 Counts by outcome and reason come from ``Ledger.status``, unknown calls from
-``Ledger.unknown_calls``; what the ledger's API has no query for (the batches, each job's
-timing, cost by provider and basis) is read here from its tables, without writing.
+``Ledger.unknown_calls``, the batches, each job's timing and cost by provider and basis
+from the ledger's read API (``worker.ledger.reads``); nothing here knows its tables.
 The timeline is built in Python from each job's created/finished stamps (two columns a job),
 which keeps the query the same on SQLite and PostgreSQL.
 """
@@ -10,17 +10,11 @@ which keeps the query the same on SQLite and PostgreSQL.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import func, select
-from sqlalchemy.engine import Connection
-
-from worker.ledger import SENT_STATUSES, CallRow, Ledger, LedgerStatus
-from worker.ledger.engine import READ_ONLY
-from worker.ledger.models import calls, jobs
+from worker.ledger import CallRow, Ledger, LedgerStatus
+from worker.ledger.reads import batch_detail, batch_rows
 
 __all__ = [
     "BatchReport",
@@ -127,28 +121,12 @@ class BatchReport:
         return sum(c.cost_usd for c in self.costs if c.cost_usd is not None)
 
 
-@contextmanager
-def _reading(ledger: Ledger) -> Iterator[Connection]:
-    with ledger.engine.connect() as conn:
-        conn.execution_options(**{READ_ONLY: True})
-        with conn.begin():
-            yield conn
-
-
 def list_batches(ledger: Ledger) -> list[BatchSummary]:
     """Every batch in the ledger (jobs without one as batch None), newest first."""
-    stmt = select(
-        jobs.c.batch,
-        jobs.c.terminal_type,
-        func.count(),
-        func.min(jobs.c.created_at),
-        func.max(jobs.c.finished_at),
-    ).group_by(jobs.c.batch, jobs.c.terminal_type)
     totals: dict[str | None, Counter[str]] = {}
     first: dict[str | None, datetime] = {}
     last: dict[str | None, datetime] = {}
-    with _reading(ledger) as conn:
-        rows = conn.execute(stmt).all()
+    rows = batch_rows(ledger)
     for batch, terminal_type, count, created, finished in rows:
         totals.setdefault(batch, Counter())[terminal_type or "open"] += count
         created, finished = _aware(created), _aware(finished)
@@ -173,39 +151,20 @@ def list_batches(ledger: Ledger) -> list[BatchSummary]:
 
 def batch_report(ledger: Ledger, batch: str, now: datetime) -> BatchReport:
     status = ledger.status(batch)
-    job_stmt = select(
-        jobs.c.job_id,
-        jobs.c.created_at,
-        jobs.c.finished_at,
-        jobs.c.terminal_type,
-        jobs.c.terminal_reason,
-    ).where(jobs.c.batch == batch)
-    cost_stmt = (
-        select(
-            calls.c.provider,
-            calls.c.cost_basis,
-            func.count(),
-            func.sum(calls.c.cost_usd),
-            func.count(calls.c.cost_usd),
+    detail = batch_detail(ledger, batch)
+    timings = [
+        _timing(job_id, created, finished, ttype, reason, now)
+        for job_id, created, finished, ttype, reason in detail.jobs
+    ]
+    costs = [
+        CostLine(
+            provider=provider,
+            basis=basis or "unknown",
+            calls=count,
+            cost_usd=float(total) if costed else None,
         )
-        .join(jobs, jobs.c.job_id == calls.c.job_id)
-        .where(jobs.c.batch == batch, calls.c.status.in_(sorted(SENT_STATUSES)))
-        .group_by(calls.c.provider, calls.c.cost_basis)
-    )
-    with _reading(ledger) as conn:
-        timings = [
-            _timing(job_id, created, finished, ttype, reason, now)
-            for job_id, created, finished, ttype, reason in conn.execute(job_stmt)
-        ]
-        costs = [
-            CostLine(
-                provider=provider,
-                basis=basis or "unknown",
-                calls=count,
-                cost_usd=float(total) if costed else None,
-            )
-            for provider, basis, count, total, costed in conn.execute(cost_stmt)
-        ]
+        for provider, basis, count, total, costed in detail.costs
+    ]
     in_batch = {t.job_id for t in timings}
     unknown = [c for c in ledger.unknown_calls() if c.job_id in in_batch]
     finished = [t for t in timings if t.finished_at is not None]
@@ -236,7 +195,9 @@ def timeline(
     out: list[TimelinePoint] = []
     previous = start
     for i in range(points + 1):
-        at = start + step * i
+        # The last point is the end itself: ``step`` is rounded down to a microsecond, and
+        # ``start + step * points`` fell short of the last finished job (238 of 240 shown).
+        at = end if i == points else start + step * i
         by_type: Counter[str] = Counter()
         reasons: Counter[str] = Counter()
         for t in timings:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from jinja2 import Environment
 
 from worker.console.state_view import pretty_json
 
-__all__ = ["age", "clock", "install_filters", "shown", "usd", "when"]
+__all__ = ["age", "clock", "install_filters", "interval", "pct", "shown", "usd", "when"]
 
 
 def age(seconds: float | None) -> str:
@@ -49,7 +50,22 @@ def clock(value: datetime | None) -> str:
     return "-" if value is None else value.strftime("%H:%M:%S.%f")[:-3]
 
 
+def pct(value: float | None) -> str:
+    """A share as a percentage, one decimal; "-" when unknown."""
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def interval(value: Any) -> str:
+    """A ``shared.calibration.Interval``'s bounds, "[a, b]" in percent; "" when unknown."""
+    low, high = getattr(value, "low", None), getattr(value, "high", None)
+    if low is None or high is None:
+        return ""
+    return f"[{low * 100:.1f}, {high * 100:.1f}]"
+
+
 def install_filters(env: Environment) -> None:
+    env.filters["pct"] = pct
+    env.filters["interval"] = interval
     env.filters["clock"] = clock
     env.filters["pretty"] = pretty_json
     env.filters["shown"] = shown

@@ -3,6 +3,8 @@
 The pages need no script at all, so the policy forbids every script and inline style: even
 a rendering bug that let a job's HTML through would stay inert. Images may be ``data:``
 URLs (a state's pictures, rebuilt from checked bytes); forms post only to the console.
+Served over HTTPS (``DECISIONS_CONSOLE_HTTPS_ONLY``, or a request that arrived over https),
+every response also carries HSTS: browsers then never try the console over plain HTTP.
 """
 
 from __future__ import annotations
@@ -12,12 +14,17 @@ from typing import Final
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["CONTENT_SECURITY_POLICY", "SecurityHeaders"]
+from worker.console.sessions import is_https
+
+__all__ = ["CONTENT_SECURITY_POLICY", "HSTS", "SecurityHeaders"]
 
 CONTENT_SECURITY_POLICY: Final = (
     "default-src 'none'; script-src 'none'; style-src 'self'; img-src 'self' data:; "
     "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )
+
+#: A year, this host only: the console may share a domain with sites that are not HTTPS.
+HSTS: Final = "max-age=31536000"
 
 _HEADERS: Final = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
@@ -29,8 +36,9 @@ _HEADERS: Final = {
 
 
 class SecurityHeaders:
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, https_only: bool = False) -> None:
         self.app = app
+        self.https_only = https_only
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -42,6 +50,8 @@ class SecurityHeaders:
                 headers = MutableHeaders(scope=message)
                 for name, value in _HEADERS.items():
                     headers.setdefault(name, value)
+                if is_https(scope, self.https_only):
+                    headers.setdefault("Strict-Transport-Security", HSTS)
             await send(message)
 
         await self.app(scope, receive, send_with_headers)

@@ -1,16 +1,25 @@
-"""Logging in and out."""
+"""Logging in and out.
+
+A login attempt is refused before any hashing while its account or address must wait
+(``LoginThrottle``) and when too many password checks are already running (``Busy``); a
+failure counts against both. Logging in and out each give the session a new id; logging
+out deletes it, so a copy of the cookie is worth nothing afterwards.
+"""
 
 from __future__ import annotations
 
-from starlette.concurrency import run_in_threadpool
+import math
+
 from starlette.requests import Request
 from starlette.responses import Response
 
 from worker.console.auth import Login
 from worker.console.csrf import new_csrf_token
+from worker.console.sessions import renew_session
+from worker.console.throttle import Busy
 from worker.console.web import Form, action, flash, log_in, read_form, redirect, render, state_of
 
-__all__ = ["login_form", "login_submit", "logout"]
+__all__ = ["login_form", "login_submit", "logout", "safe_next"]
 
 
 def safe_next(target: str | None) -> str:
@@ -29,22 +38,32 @@ def login_form(request: Request) -> Response:
 async def login_submit(request: Request) -> Response:
     form = await read_form(request)
     if form is None:
-        return render(
-            request,
-            "login.html",
-            status=403,
-            next="/escalations",
-            error="The form had expired; try again.",
-        )
+        return _refused(request, 403, "/escalations", "The form had expired; try again.")
     name, password = form.get("username", ""), form.get("password", "")
-    # Argon2 takes tens of milliseconds of CPU on purpose: not on the event loop.
-    login = await run_in_threadpool(state_of(request).users.authenticate, name, password)
     target = safe_next(form.get("next"))
-    if login is None:
-        return render(
-            request, "login.html", status=401, next=target, error="Wrong name or password."
+    state = state_of(request)
+    address = request.client.host if request.client else "unknown"
+    wait = await state.throttle.wait_s(name, address)
+    if wait > 0:
+        return _refused(
+            request,
+            429,
+            target,
+            f"Too many failed logins: try again in {math.ceil(wait)} s.",
+            retry_after=math.ceil(wait),
         )
+    try:
+        login = await state.password_checks.run(state.users.authenticate, name, password)
+    except Busy:
+        return _refused(
+            request, 503, target, "Too many logins at once: try again in a moment.", retry_after=2
+        )
+    if login is None:
+        await state.throttle.failed(name, address)
+        return _refused(request, 401, target, "Wrong name or password.")
+    await state.throttle.succeeded(name)
     request.session.clear()
+    renew_session(request)
     log_in(request, login)
     new_csrf_token(request.session)
     return redirect(target)
@@ -53,5 +72,15 @@ async def login_submit(request: Request) -> Response:
 @action(reviewer=False)
 def logout(request: Request, login: Login, form: Form) -> Response:
     request.session.clear()
+    renew_session(request)
     flash(request, f"{login.name} logged out")
     return redirect("/login")
+
+
+def _refused(
+    request: Request, status: int, target: str, error: str, *, retry_after: int | None = None
+) -> Response:
+    response = render(request, "login.html", status=status, next=target, error=error)
+    if retry_after is not None:
+        response.headers["Retry-After"] = str(retry_after)
+    return response

@@ -24,15 +24,20 @@ from shared.escalations import EscalationQueue
 from worker.console.auth import Login, Users
 from worker.console.csrf import CSRF_FIELD, csrf_ok, csrf_token
 from worker.console.estimates import EstimateSource
+from worker.console.throttle import LoginThrottle, PasswordChecks
 from worker.ledger import Ledger
 
 __all__ = [
+    "USER_KEY",
     "ConsoleState",
     "Form",
     "action",
     "flash",
+    "forbidden",
+    "log_in",
     "login_of",
     "page",
+    "read_form",
     "redirect",
     "render",
     "state_of",
@@ -42,7 +47,9 @@ Form = Mapping[str, str]
 Handler = Callable[[Request, Login, Form], Response]
 Endpoint = Callable[[Request], Awaitable[Response]]
 _MAX_FIELDS: Final = 400
-_USER_KEY: Final = "user"
+#: The session key of the logged-in name (``RedisSessions`` gives such sessions their age).
+USER_KEY: Final = "user"
+_STAMP_KEY: Final = "stamp"
 _FLASH_KEY: Final = "flash"
 
 
@@ -53,6 +60,8 @@ class ConsoleState:
     users: Users
     estimates: EstimateSource
     templates: Environment
+    throttle: LoginThrottle
+    password_checks: PasswordChecks
 
 
 def state_of(request: Request) -> ConsoleState:
@@ -61,16 +70,21 @@ def state_of(request: Request) -> ConsoleState:
 
 
 def login_of(request: Request) -> Login | None:
-    """The session's user, with the role settings give them now (removed users have none)."""
-    name = request.session.get(_USER_KEY)
+    """The session's user, with the role settings give them now. A user removed, or whose
+    password changed since this session logged in, has none."""
+    name = request.session.get(USER_KEY)
     if not isinstance(name, str):
         return None
-    role = state_of(request).users.role_of(name)
-    return Login(name, role) if role else None
+    users = state_of(request).users
+    role = users.role_of(name)
+    if role is None or users.stamp_of(name) != request.session.get(_STAMP_KEY):
+        return None
+    return Login(name, role)
 
 
 def log_in(request: Request, login: Login) -> None:
-    request.session[_USER_KEY] = login.name
+    request.session[USER_KEY] = login.name
+    request.session[_STAMP_KEY] = state_of(request).users.stamp_of(login.name)
 
 
 def flash(request: Request, text: str) -> None:

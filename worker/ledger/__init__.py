@@ -5,33 +5,47 @@
 engine settings, and why, in ``engine``; schema versions in ``schema`` and ``migrations/``.
 """
 
-from worker.ledger.errors import CallNotFound, ClaimLost, JobNotFound, LedgerUnavailable
+from worker.ledger.errors import (
+    CallNotFound,
+    ClaimLost,
+    JobFinished,
+    JobNotFound,
+    LedgerUnavailable,
+    OverBudget,
+)
 from worker.ledger.pack_ops import MemberClaim, MemberFinish, PackClaim
 from worker.ledger.rows import (
     CALL_STATUSES,
+    LOCAL_PROVIDER,
     OUTCOME_STATUSES,
     SENT_STATUSES,
+    BudgetAsk,
+    BudgetRefusal,
+    BudgetStatus,
     CallOutcome,
     CallRow,
-    CallStatus,
     Claim,
     JobRow,
     LedgerStatus,
-    OutcomeStatus,
+    RowStatus,
 )
 from worker.ledger.schema import current_revision, head_revision
 from worker.ledger.store import Ledger
 
 __all__ = [
     "CALL_STATUSES",
+    "LOCAL_PROVIDER",
     "OUTCOME_STATUSES",
     "SENT_STATUSES",
+    "BudgetAsk",
+    "BudgetRefusal",
+    "BudgetStatus",
     "CallNotFound",
     "CallOutcome",
     "CallRow",
-    "CallStatus",
     "Claim",
     "ClaimLost",
+    "JobFinished",
     "JobNotFound",
     "JobRow",
     "Ledger",
@@ -39,8 +53,9 @@ __all__ = [
     "LedgerUnavailable",
     "MemberClaim",
     "MemberFinish",
-    "OutcomeStatus",
+    "OverBudget",
     "PackClaim",
+    "RowStatus",
     "current_revision",
     "head_revision",
 ]

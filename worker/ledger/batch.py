@@ -3,8 +3,11 @@
 A worker process runs hundreds of jobs at once, and each writes the ledger three times (open
 the job and claim its call, record the outcome with the terminal message, mark it published).
 One transaction each, on a thread pool, costs a transaction's overhead per write and, on
-SQLite, a fight for the write lock between the pool's threads. ``GroupCommit`` has one
-writer thread (two on PostgreSQL; ``worker.batching``): a write waits in a queue, the
+SQLite, a fight for the write lock between the pool's threads. The first two are awaited
+(the claim is committed before a byte is sent, the terminal message before it is
+published); the mark is not (``mark_published_later``): it rides on the next batch's
+transaction, so a job alone costs two transactions, not three. ``GroupCommit`` has one
+writer thread (two on PostgreSQL; ``worker.process.batching``): a write waits in a queue, the
 thread takes every write waiting (up to ``max_batch``), runs them in ONE transaction,
 commits, and only then resolves each write's future. So a claim is still committed before
 its caller can send a byte; a write never waits for a timer, only for the batch before it.
@@ -27,6 +30,7 @@ unreachable) fails them all with ``LedgerUnavailable``, as the single writes wou
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
@@ -36,17 +40,22 @@ from sqlalchemy import exc
 from sqlalchemy.engine import Connection
 
 from shared.errors import LedgerError
-from worker.batching import Batcher, Item
 from worker.ledger import call_ops, job_ops
 from worker.ledger.errors import LedgerUnavailable
 from worker.ledger.store import Ledger
+from worker.process.batching import Batcher, Item
 
-__all__ = ["BATCHED_METHODS", "GroupCommit"]
+__all__ = ["BATCHED_METHODS", "MARK_WINDOW_S", "GroupCommit"]
 
 #: Ledger methods whose writes are grouped (the per-job hot path).
 BATCHED_METHODS: Final = ("open_job", "open_and_claim", "claim", "finish_job", "mark_published")
 _MAX_BATCH: Final = 256
 _PG_WRITERS: Final = 2
+#: How long a published mark (``mark_published_later``) waits for a batch to ride on
+#: before it is written alone.
+MARK_WINDOW_S: Final = 0.05
+#: The item that only wakes a writer for the marks waiting (``mark_published_later``).
+_FLUSH: Final = "flush_published"
 
 
 def _open_job(conn: Connection, now: datetime, kwargs: dict[str, Any]) -> Any:
@@ -94,6 +103,8 @@ class GroupCommit(Batcher):
             writers=writers or (1 if ledger.dialect == "sqlite" else _PG_WRITERS),
         )
         self.ledger = ledger
+        #: Jobs published whose ``published_at`` is not written yet (``mark_published_later``).
+        self._later: list[str] = []
 
     # --- the methods, awaitable -----------------------------------------------------------
 
@@ -112,16 +123,69 @@ class GroupCommit(Batcher):
     async def mark_published(self, **kwargs: Any) -> Any:
         return await self.submit("mark_published", kwargs)
 
-    def routes(self) -> dict[Callable[..., Any], Callable[..., Any]]:
-        """The ledger's bound methods mapped to their grouped versions (for ``Runner._db``)."""
-        return {getattr(self.ledger, name): getattr(self, name) for name in BATCHED_METHODS}
+    def mark_published_later(self, job_id: str) -> None:
+        """Mark a published job published in the next batch, or within ``MARK_WINDOW_S``.
+
+        Not awaited: a job's stream entry exists already (its caller published it), so the
+        mark only says so. It rides on the next batch's transaction instead of one of its
+        own (a single-job message otherwise pays three transactions a job). Lost with the
+        process (a crash before the window), the job stays unpublished in the ledger and the
+        reaper's outbox relay publishes it again: the publish-once marker makes that a
+        no-op, then marks it, as after a crash between a publish and its mark today."""
+        with self._lock:
+            self._later.append(job_id)
+            first = len(self._later) == 1
+        if first:
+            asyncio.get_running_loop().call_later(MARK_WINDOW_S, self._wake)
+
+    def _wake(self) -> None:
+        """On the loop, ``MARK_WINDOW_S`` after a mark: a batch of its own if none took it."""
+        with self._lock:
+            if not self._later:
+                return
+        self._start()
+        loop = asyncio.get_running_loop()
+        self._queue.put(Item(_FLUSH, {}, loop, loop.create_future()))
+
+    def _take_later(self) -> list[str]:
+        with self._lock:
+            later, self._later = self._later, []
+        return later
+
+    def flush_published(self) -> None:
+        """Write the marks waiting now, in the caller's thread (a warm shutdown's last step);
+        an outage leaves them to the reaper's relay."""
+        later = self._take_later()
+        if not later:
+            return
+        try:
+            with self.ledger.transaction() as conn:
+                job_ops.mark_many_published(conn, job_ids=later, now=self.ledger.now())
+        except (LedgerError, exc.SQLAlchemyError):
+            self._put_back(later)
+
+    def close(self) -> None:
+        super().close()
+        self.flush_published()
+
+    def _put_back(self, later: list[str]) -> None:
+        # Next batch's, or the reaper's relay if none comes (see ``mark_published_later``).
+        with self._lock:
+            self._later[:0] = later
 
     # --- one batch, in the writer thread --------------------------------------------------
 
     def handle(self, batch: list[Item]) -> None:
-        now = self.ledger._now()
+        now = self.ledger.now()
+        for write in batch:
+            if write.method == _FLUSH:
+                write.done = True
+        later = self._take_later()
         try:
-            with self.ledger._tx() as conn:
+            with self.ledger.transaction() as conn:
+                if later:
+                    # Finished and unpublished rows only: one published before keeps its stamp.
+                    job_ops.mark_many_published(conn, job_ids=later, now=now)
                 self._mark_published_at_once(conn, now, batch)
                 self._open_and_claim_at_once(conn, now, batch)
                 self._finish_at_once(conn, now, batch)
@@ -137,13 +201,16 @@ class GroupCommit(Batcher):
                             raise _Abort from refused
                         write.error = refused  # refused before it changed anything
         except LedgerUnavailable as down:
+            self._put_back(later)
             for write in batch:  # an outage fails every write, as it would have alone
-                write.result, write.error, write.done = None, down, False
+                if write.method != _FLUSH:
+                    write.result, write.error, write.done = None, down, False
             return
         except (_Abort, LedgerError, exc.SQLAlchemyError):
+            self._put_back(later)
             self._one_by_one(batch)
             return
-        self.count(len(batch))
+        self.count(sum(1 for write in batch if write.method != _FLUSH))
 
     @staticmethod
     def _mark_published_at_once(conn: Connection, now: datetime, batch: list[Item]) -> None:
@@ -210,6 +277,8 @@ class GroupCommit(Batcher):
 
     def _one_by_one(self, batch: list[Item]) -> None:
         for write in batch:
+            if write.method == _FLUSH:
+                continue
             write.result, write.error, write.done = None, None, False
             try:
                 write.result = getattr(self.ledger, write.method)(**write.kwargs)

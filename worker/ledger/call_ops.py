@@ -20,14 +20,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, exc, select, update
+from sqlalchemy import Integer, bindparam, exc, func, select, update
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.sql.elements import ColumnElement
 
 from shared.errors import LedgerError
-from worker.ledger.errors import CallNotFound, ClaimLost, JobNotFound
-from worker.ledger.models import calls, to_utc
-from worker.ledger.rows import OUTCOME_STATUSES, CallOutcome, CallRow, Claim
+from worker.ledger import budget_ops
+from worker.ledger.errors import CallNotFound, ClaimLost, JobFinished, JobNotFound
+from worker.ledger.models import calls, jobs, to_utc
+from worker.ledger.rows import OUTCOME_STATUSES, BudgetAsk, CallOutcome, CallRow, Claim, JobRow
 from worker.ledger.sql import insert_if_absent, insert_many_if_absent
 
 __all__ = [
@@ -49,6 +50,13 @@ _KEY = (calls.c.job_id == bindparam("k_job")) & (calls.c.step == bindparam("k_st
 
 _READ = select(calls).where(_KEY)
 
+# The claim's job, read with a share lock: a claim waits for a finish of its job under way
+# (which locks the row for update) and then sees it, so a job that stored its terminal
+# message is never claimed again (PostgreSQL; SQLite's IMMEDIATE writers are serial anyway).
+_JOB_FOR_SHARE = (
+    select(jobs).where(jobs.c.job_id == bindparam("k_job")).with_for_update(read=True)
+)
+
 _RECLAIM = (
     update(calls)
     .where(_KEY & (calls.c.status == "not_sent"))
@@ -61,6 +69,8 @@ _RECLAIM = (
         pack_id=bindparam("v_pack"),
         lease_expires=bindparam("v_lease"),
         claimed_at=bindparam("v_now"),
+        reserved_usd=bindparam("v_reserved"),
+        budget_scopes=bindparam("v_scopes"),
         # The new attempt starts clean; the old one's outcome is not its outcome.
         finished_at=None,
         cost_usd=None,
@@ -72,9 +82,14 @@ _RECLAIM = (
     .returning(calls)
 )
 
+# Only onto the claim the outcome belongs to: still ``claimed``, and (when the outcome names
+# it) by the same claim, not a later re-claim of a ``not_sent`` call.
+_OWN_CLAIM = (calls.c.status == "claimed") & (
+    func.coalesce(bindparam("v_claims", type_=Integer), calls.c.claims) == calls.c.claims
+)
 _RECORD_ONLY = (
     update(calls)
-    .where(_KEY & (calls.c.status == "claimed"))
+    .where(_KEY & _OWN_CLAIM)
     .values(
         status=bindparam("v_status"),
         finished_at=bindparam("v_now"),
@@ -126,6 +141,8 @@ def _claim_values(fields: dict[str, Any], now: datetime) -> dict[str, Any]:
         "lease_expires": to_utc(fields["lease_expires"]),
         "claims": 1,
         "claimed_at": now,
+        "reserved_usd": fields.get("reserved_usd"),
+        "budget_scopes": fields.get("budget_scopes"),
     }
 
 
@@ -153,8 +170,31 @@ def claim_call(
     lease_expires: datetime,
     now: datetime,
     pack_id: str | None = None,
+    job_checked: bool = False,
+    budget: BudgetAsk | None = None,
 ) -> Claim:
+    """Claim (job_id, step): insert it, or re-claim it if ``not_sent``; else the stored row.
+
+    ``JobFinished`` (nothing claimed) if the job has stored its terminal message: a request
+    sent then would be paid for and its answer thrown away. ``job_checked``: the caller
+    opened the job in this transaction (so it is not finished). With ``budget``, a fresh
+    claim reserves the request's worst case against every budget covering it, in this same
+    transaction; ``OverBudget`` (nothing claimed, nothing reserved) if one cannot take it."""
+    if not job_checked:
+        job = conn.execute(_JOB_FOR_SHARE, {"k_job": job_id}).first()
+        if job is None:
+            raise JobNotFound(job_id)
+        if job.terminal_message is not None:
+            raise JobFinished(JobRow(**job._mapping))
     lease = to_utc(lease_expires)
+    reservation: budget_ops.Reservation | None = None
+    if budget is not None and budget_ops.applies(conn, budget):
+        if not job_checked:
+            # Only a claim that can be fresh reserves: a stored call settles as it stands.
+            stored = read_call(conn, job_id, step)
+            if stored is not None and stored.status != "not_sent":
+                return Claim(fresh=False, call=stored)
+        reservation = budget_ops.reserve(conn, budget, provider=provider, now=now)
     fields = {
         "job_id": job_id,
         "step": step,
@@ -163,6 +203,8 @@ def claim_call(
         "request_sha256": request_sha256,
         "pack_id": pack_id,
         "lease_expires": lease,
+        "reserved_usd": None if reservation is None else reservation.amount,
+        "budget_scopes": None if reservation is None else reservation.scopes_text,
     }
     try:
         inserted = insert_if_absent(conn, calls, _claim_values(fields, now))
@@ -183,10 +225,14 @@ def claim_call(
             "v_pack": pack_id,
             "v_lease": lease,
             "v_now": now,
+            "v_reserved": fields["reserved_usd"],
+            "v_scopes": fields["budget_scopes"],
         },
     ).first()
     if reclaimed is not None:
         return Claim(fresh=True, call=call_row(reclaimed))
+    # Another delivery claimed it meanwhile: this claim reserved for nothing.
+    budget_ops.release(conn, reservation, now)
     stored = read_call(conn, job_id, step)
     assert stored is not None  # the conflict that stopped the insert
     return Claim(fresh=False, call=stored)
@@ -213,7 +259,9 @@ def record_call(conn: Connection, *, job_id: str, outcome: CallOutcome, now: dat
     validate_outcome(outcome)
     changed = conn.execute(_RECORD, _record_params(job_id, outcome, now)).first()
     if changed is not None:
-        return call_row(changed)
+        row = call_row(changed)
+        budget_ops.settle(conn, [row], now)
+        return row
     stored = read_call(conn, job_id, outcome.step)
     if stored is None:
         raise CallNotFound(job_id, outcome.step)
@@ -231,6 +279,7 @@ def _record_params(job_id: str, outcome: CallOutcome, now: datetime) -> dict[str
         "v_error": outcome.error_code,
         "v_receipt": outcome.receipt_json,
         "v_outcome": outcome.outcome_json,
+        "v_claims": outcome.claims,
     }
 
 
@@ -244,7 +293,27 @@ def record_calls(
     for _, outcome in outcomes:
         validate_outcome(outcome)
     params = [_record_params(job_id, outcome, now) for job_id, outcome in outcomes]
-    return int(conn.execute(_RECORD_ONLY, params).rowcount)
+    closed = int(conn.execute(_RECORD_ONLY, params).rowcount)
+    _settle_recorded(conn, outcomes, now)
+    return closed
+
+
+_BUDGETED = select(calls).where(
+    calls.c.job_id.in_(bindparam("k_jobs", expanding=True)) & calls.c.reserved_usd.is_not(None)
+)
+
+
+def _settle_recorded(
+    conn: Connection, outcomes: list[tuple[str, CallOutcome]], now: datetime
+) -> None:
+    """Settle the budgets of the calls ``record_calls`` just closed (one SELECT, and only
+    those that reserved something)."""
+    keys = {(job_id, outcome.step) for job_id, outcome in outcomes}
+    if not keys:
+        return
+    rows = conn.execute(_BUDGETED, {"k_jobs": sorted({job_id for job_id, _ in keys})})
+    closed = [call_row(r) for r in rows if (r.job_id, r.step) in keys and r.status != "claimed"]
+    budget_ops.settle(conn, closed, now)
 
 
 def expire_call(
@@ -256,13 +325,35 @@ def expire_call(
     cost_usd: float | None,
     cost_basis: str | None,
 ) -> CallRow:
-    """A claimed call whose lease ran out becomes ``unknown``; any other row is left alone."""
+    """A claimed call whose lease ran out becomes ``unknown``; any other row is left alone.
+
+    ``cost_usd`` is what the lost request is booked at. A packed call (``pack_id``) books
+    its share of it: the request went out once for all its members, so each of their rows
+    holds the request's cost over the number of members, and the request is booked once."""
     _check_cost(cost_usd, cost_basis)
-    conn.execute(
+    if cost_usd is not None:
+        cost_usd = _share_of_pack(conn, job_id, step, cost_usd)
+    expired = conn.execute(
         _EXPIRE,
         {"k_job": job_id, "k_step": step, "v_now": now, "v_cost": cost_usd, "v_basis": cost_basis},
-    )
+    ).rowcount
     row = read_call(conn, job_id, step)
     if row is None:
         raise CallNotFound(job_id, step)
+    if expired:
+        budget_ops.settle(conn, [row], now)
     return row
+
+
+_PACK_OF = select(calls.c.pack_id).where(_KEY)
+_PACK_SIZE = select(func.count()).where(calls.c.pack_id == bindparam("k_pack"))
+#: Shares are rounded as the packed path rounds them: far below a cent, never negative.
+_SHARE_DIGITS = 12
+
+
+def _share_of_pack(conn: Connection, job_id: str, step: str, cost_usd: float) -> float:
+    pack_id = conn.execute(_PACK_OF, {"k_job": job_id, "k_step": step}).scalar()
+    if pack_id is None:
+        return cost_usd
+    members = int(conn.execute(_PACK_SIZE, {"k_pack": pack_id}).scalar_one())
+    return round(cost_usd / max(members, 1), _SHARE_DIGITS)

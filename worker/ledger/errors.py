@@ -5,6 +5,8 @@ All stay inside the one exception tree: ``except LedgerError`` still catches the
     LedgerError (shared.errors)
     ├── LedgerUnavailable   the database cannot be reached or stayed locked: retry later
     ├── ClaimLost           an outcome for a call that is no longer claimed (not written)
+    ├── JobFinished         a claim for a job whose terminal message is stored (not claimed)
+    ├── OverBudget          a claim whose worst case does not fit a budget (not claimed)
     ├── CallNotFound        no such call was ever claimed (a bug in the caller)
     └── JobNotFound         no such job was ever opened (a bug in the caller)
 
@@ -15,9 +17,16 @@ rows, which a retry of the same step will not change.
 from __future__ import annotations
 
 from shared.errors import LedgerError
-from worker.ledger.rows import CallRow
+from worker.ledger.rows import BudgetRefusal, CallRow, JobRow
 
-__all__ = ["CallNotFound", "ClaimLost", "JobNotFound", "LedgerUnavailable"]
+__all__ = [
+    "CallNotFound",
+    "ClaimLost",
+    "JobFinished",
+    "JobNotFound",
+    "LedgerUnavailable",
+    "OverBudget",
+]
 
 
 class LedgerUnavailable(LedgerError):
@@ -59,3 +68,25 @@ class JobNotFound(LedgerError):
     def __init__(self, job_id: str) -> None:
         self.job_id = job_id
         super().__init__(f"job {job_id} is not in the ledger (open_job it first)")
+
+
+class JobFinished(LedgerError):
+    """A claim for a call of a job that already stored its terminal message.
+
+    Nothing was claimed: a request sent now would be paid for and its answer thrown away.
+    ``job`` is the stored row; publish its message.
+    """
+
+    def __init__(self, job: JobRow) -> None:
+        self.job = job
+        super().__init__(f"job {job.job_id} is finished ({job.terminal_type}): nothing claimed")
+
+
+class OverBudget(LedgerError):
+    """A claim whose request's worst case does not fit a budget covering it (or that has no
+    known maximum under one). Nothing was claimed or reserved; ``refusal`` has the figures.
+    """
+
+    def __init__(self, refusal: BudgetRefusal) -> None:
+        self.refusal = refusal
+        super().__init__(refusal.detail())

@@ -7,6 +7,7 @@ published afterwards. Storing is first-wins, so every redelivery publishes the s
 
 from __future__ import annotations
 
+from contextlib import suppress
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -16,6 +17,7 @@ from sqlalchemy.engine import Connection, Row
 
 from shared.errors import JobConflict, LedgerError
 from shared.replies import TERMINAL_TYPES
+from worker.ledger import budget_ops
 from worker.ledger.call_ops import (
     claim_call,
     claim_new_calls,
@@ -23,9 +25,9 @@ from worker.ledger.call_ops import (
     record_calls,
     validate_outcome,
 )
-from worker.ledger.errors import JobNotFound
+from worker.ledger.errors import CallNotFound, ClaimLost, JobNotFound, OverBudget
 from worker.ledger.models import jobs, to_utc
-from worker.ledger.rows import CallOutcome, Claim, JobRow
+from worker.ledger.rows import BudgetRefusal, CallOutcome, Claim, JobRow
 from worker.ledger.sql import insert_if_absent, insert_many_if_absent
 
 __all__ = [
@@ -104,17 +106,22 @@ def open_and_claim(
     job: dict[str, Any],
     claim: dict[str, Any],
     now: datetime,
-) -> tuple[JobRow, Claim | None]:
+) -> tuple[JobRow, Claim | BudgetRefusal | None]:
     """Open the job (``open_job``) and, if this inserted it, claim its first call too.
 
-    A job just inserted has no call yet, so the claim is fresh; its deadline is checked
-    against ``now`` so that a job dequeued late is never claimed. A job read back (a
-    redelivery) gets no claim here: the caller decides what its stored state allows.
+    A job just inserted has no call yet, so the claim is fresh, unless a budget cannot take
+    the request's worst case: then the job is opened with nothing claimed and the refusal
+    comes back. Its deadline is checked against ``now`` so that a job dequeued late is never
+    claimed. A job read back (a redelivery) gets no claim here: the caller decides what its
+    stored state allows.
     """
     row, inserted = open_or_read(conn, now=now, **job)
     if not inserted or row.deadline <= now:
         return row, None
-    return row, claim_call(conn, job_id=row.job_id, now=now, **claim)
+    try:
+        return row, claim_call(conn, job_id=row.job_id, now=now, job_checked=True, **claim)
+    except OverBudget as over:  # nothing was claimed or reserved
+        return row, over.refusal
 
 
 _JOB_FIELDS = ("job_id", "kind", "batch", "reply_to", "fingerprint", "deadline", "job_json")
@@ -130,8 +137,9 @@ def _job_values(fields: dict[str, Any], now: datetime) -> dict[str, Any]:
 
 def open_and_claim_many(
     conn: Connection, *, writes: list[dict[str, Any]], now: datetime
-) -> dict[str, tuple[JobRow, Claim | None]]:
-    """``open_and_claim`` for jobs of distinct ids, in two statements (jobs, then calls).
+) -> dict[str, tuple[JobRow, Claim | BudgetRefusal | None]]:
+    """``open_and_claim`` for jobs of distinct ids, in two statements (jobs, then calls),
+    plus one conditional UPDATE a budget per claim a budget covers (``budget_ops``).
 
     Only the jobs this inserted are in the answer: one already there (a redelivery) is
     left to ``open_and_claim``, which reads it and checks its fingerprint."""
@@ -146,15 +154,30 @@ def open_and_claim_many(
     }
     # A job dequeued past its deadline is opened but never claimed, as in open_and_claim.
     claimable = {job_id for job_id, row in opened.items() if row.deadline > now}
-    claims = claim_new_calls(
-        conn,
-        claims=[
-            {"job_id": w["job"]["job_id"], **w["claim"]}
-            for w in writes
-            if w["job"]["job_id"] in claimable
-        ],
-        now=now,
+    refused: dict[str, BudgetRefusal] = {}
+    to_claim: list[dict[str, Any]] = []
+    # One SELECT tells which batches have a budget: claims no budget covers reserve nothing.
+    budgeted = budget_ops.budgeted_batches(conn, [w["claim"].get("budget") for w in writes])
+    for w in writes:
+        job_id = w["job"]["job_id"]
+        if job_id not in claimable:
+            continue
+        fields = {"job_id": job_id, **w["claim"]}
+        ask = fields.pop("budget", None)
+        if ask is not None and budget_ops.applies(conn, ask, budgeted):
+            try:
+                reservation = budget_ops.reserve(conn, ask, provider=fields["provider"], now=now)
+            except OverBudget as over:
+                refused[job_id] = over.refusal
+                continue
+            if reservation is not None:
+                fields["reserved_usd"] = reservation.amount
+                fields["budget_scopes"] = reservation.scopes_text
+        to_claim.append(fields)
+    claims: dict[str, Claim | BudgetRefusal] = dict(
+        claim_new_calls(conn, claims=to_claim, now=now)
     )
+    claims.update(refused)
     return {job_id: (row, claims.get(job_id)) for job_id, row in opened.items()}
 
 
@@ -237,7 +260,11 @@ def finish_job(
     if job is None:
         raise JobNotFound(job_id)
     if job.finished:
-        # First wins: the caller publishes what is stored, never a second version.
+        # First wins: the caller publishes what is stored, never a second version. A call
+        # this delivery claimed before the job was finished still gets its outcome (and
+        # cost) booked: it may have been paid for.
+        if outcome is not None:
+            _record_late(conn, job_id, outcome, now)
         return job
     if outcome is not None:
         record_call(conn, job_id=job_id, outcome=outcome, now=now)
@@ -251,6 +278,12 @@ def finish_job(
     )
     assert finished is not None  # the row is locked and was not finished
     return finished
+
+
+def _record_late(conn: Connection, job_id: str, outcome: CallOutcome, now: datetime) -> None:
+    # Another delivery settled it (ClaimLost), or it was never claimed: what is stored stands.
+    with suppress(ClaimLost, CallNotFound):
+        record_call(conn, job_id=job_id, outcome=outcome, now=now)
 
 
 def finish_many(
@@ -272,6 +305,8 @@ def finish_many(
             continue
         if row.finished:
             done[row.job_id] = row
+            if write["outcome"] is not None:
+                _record_late(conn, row.job_id, write["outcome"], now)
         else:
             to_finish.append((write, row))
     outcomes = [(w["job_id"], w["outcome"]) for w, _ in to_finish if w["outcome"] is not None]

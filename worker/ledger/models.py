@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
@@ -24,11 +25,21 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
     text,
 )
 from sqlalchemy.types import TypeDecorator
 
-__all__ = ["NAMING_CONVENTION", "UTCDateTime", "calls", "jobs", "metadata", "to_utc"]
+__all__ = [
+    "NAMING_CONVENTION",
+    "UTCDateTime",
+    "budgets",
+    "calls",
+    "jobs",
+    "labels",
+    "metadata",
+    "to_utc",
+]
 
 # Named constraints, so that later migrations (batch mode on SQLite) can refer to them.
 NAMING_CONVENTION = {
@@ -91,6 +102,8 @@ jobs = Table(
     Column("terminal_message", Text, nullable=True),
     Column("finished_at", UTCDateTime, nullable=True),
     Column("published_at", UTCDateTime, nullable=True),
+    # Times ``decisions budget resume`` reopened the job (worker.ledger.budget_ops).
+    Column("resumes", Integer, nullable=False, server_default=text("0")),
     CheckConstraint(
         "terminal_type IS NULL OR terminal_type IN ('result', 'escalation', 'rejected')",
         name="terminal_type",
@@ -133,9 +146,13 @@ calls = Table(
     Column("error_code", String, nullable=True),
     Column("receipt_json", Text, nullable=True),
     Column("outcome_json", Text, nullable=True),
-    # Set on the calls of jobs packed into one request (``worker.packs``): the request is
+    # Set on the calls of jobs packed into one request (``worker.kinds.packs``): the request is
     # counted once, and each member's row holds its own answers and its share of the cost.
     Column("pack_id", String, nullable=True, index=True),
+    # The worst case reserved at the claim, and the budgets it was reserved against (space
+    # separated scopes, ``worker.ledger.budget_ops``); NULL: no budget covered the call.
+    Column("reserved_usd", Float, nullable=True),
+    Column("budget_scopes", String, nullable=True),
     PrimaryKeyConstraint("job_id", "step"),
     CheckConstraint(
         "status IN ('claimed', 'answered', 'failed', 'not_sent', 'unknown')", name="status"
@@ -145,4 +162,51 @@ calls = Table(
         "cost_basis IS NULL OR cost_basis IN ('reported', 'estimate')", name="cost_basis"
     ),
     CheckConstraint("cost_usd IS NULL OR cost_usd >= 0", name="cost_not_negative"),
+)
+
+# A reviewer's answer to a machine answer (``shared.labels``): what calibration measures. No
+# foreign key to ``jobs``: a label is kept even if its job's row is archived or was written
+# by another ledger; one label per job and question (a job is resolved at most once).
+labels = Table(
+    "labels",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String, nullable=False),
+    Column("question_id", String, nullable=False),
+    Column("batch", String, nullable=True, index=True),
+    Column("question_type", String, nullable=False),
+    Column("provider", String, nullable=True),
+    Column("model", String, nullable=True),
+    Column("machine_answer", Text, nullable=True),
+    Column("probability", Float, nullable=True),
+    Column("confidence", Float, nullable=True),
+    Column("human_answer", Text, nullable=True),
+    Column("correct", Boolean, nullable=False),
+    Column("reviewer", String, nullable=False),
+    Column("resolved_at", UTCDateTime, nullable=False, index=True),
+    Column("source", String, nullable=False),
+    Column("reason", String, nullable=False),
+    Column("weight", Float, nullable=False, server_default=text("1")),
+    Column("entry_id", String, nullable=True),
+    Column("stored_at", UTCDateTime, nullable=False),
+    UniqueConstraint("job_id", "question_id", name="uq_labels_job_question"),
+    CheckConstraint("source IN ('audit', 'escalation')", name="source"),
+    CheckConstraint("weight > 0", name="weight_positive"),
+)
+
+# What calibration groups by, and what a calibrated threshold looks up.
+Index("ix_labels_question", labels.c.question_id, labels.c.provider, labels.c.model)
+
+# A budget (``worker.ledger.budget_ops``): ``batch:<name>`` or ``day:<provider>:<date>``.
+# ``committed_usd`` is the running total of what its calls hold: the reservation of each call
+# in flight or of unknown cost, the booked cost of each settled one; it changes only in the
+# transactions that claim and settle those calls.
+budgets = Table(
+    "budgets",
+    metadata,
+    Column("scope", String, primary_key=True),
+    Column("limit_usd", Float, nullable=True),
+    Column("committed_usd", Float, nullable=False, server_default=text("0")),
+    Column("updated_at", UTCDateTime, nullable=False),
+    CheckConstraint("limit_usd IS NULL OR limit_usd >= 0", name="limit_not_negative"),
 )

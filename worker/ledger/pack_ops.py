@@ -1,6 +1,6 @@
 """Packed calls: several jobs' ``decide`` calls claimed, and closed, as one.
 
-When jobs are packed into one request (``worker.packs``), each member keeps its own call
+When jobs are packed into one request (``worker.kinds.packs``), each member keeps its own call
 row ``(job id, "decide")``, so every path that meets the job alone (a redelivery of one
 member, the reaper, ``decisions ledger``) finds an ordinary call: claimed, answered with
 that job's own answers, or unknown. What packing adds is all-or-nothing:
@@ -19,14 +19,14 @@ then lock the rows in the same order and cannot deadlock.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy.engine import Connection
 
 from worker.ledger import call_ops, job_ops
-from worker.ledger.errors import ClaimLost
-from worker.ledger.rows import CallOutcome, CallRow, JobRow
+from worker.ledger.errors import ClaimLost, JobFinished, OverBudget
+from worker.ledger.rows import BudgetAsk, BudgetRefusal, CallOutcome, CallRow, JobRow
 
 __all__ = [
     "MemberClaim",
@@ -41,6 +41,9 @@ __all__ = [
 class MemberClaim:
     job_id: str
     lease_expires: datetime
+    #: The member's share of the request's worst case, reserved with its claim: a pack
+    #: reserves for all its members in its one transaction, or for none.
+    budget: BudgetAsk | None = None
 
 
 @dataclass(frozen=True)
@@ -54,10 +57,14 @@ class MemberFinish:
 
 @dataclass(frozen=True)
 class PackClaim:
-    """All members claimed (``fresh``), or none, and ``taken`` says whose call was not free."""
+    """All members claimed (``fresh``), or none: ``taken`` says whose call was not free and
+    ``finished`` which members' jobs were finished meanwhile (publish their message)."""
 
     fresh: bool
     taken: dict[str, CallRow]
+    finished: dict[str, JobRow] = field(default_factory=dict)
+    #: A budget could not take the request (nothing claimed): its members go alone.
+    refused: BudgetRefusal | None = None
 
 
 def claim_members(
@@ -70,28 +77,37 @@ def claim_members(
     request_sha256: str,
     pack_id: str,
     now: datetime,
-) -> dict[str, CallRow]:
-    """Claim every member's call on ``conn``; the stored calls of those that were not free.
+) -> tuple[dict[str, CallRow], dict[str, JobRow], BudgetRefusal | None]:
+    """Claim every member's call on ``conn``: the stored calls of those that were not free,
+    the rows of members whose job is finished, and a budget's refusal of a member's share.
 
-    If any was not free the caller must roll its transaction back: the claims made before
-    it are not meant to stand.
+    If any of them is not empty the caller must roll its transaction back: the claims (and
+    reservations) made before are not meant to stand.
     """
     taken: dict[str, CallRow] = {}
+    finished: dict[str, JobRow] = {}
     for member in sorted(members, key=lambda m: m.job_id):
-        claim = call_ops.claim_call(
-            conn,
-            job_id=member.job_id,
-            step=step,
-            provider=provider,
-            model=model,
-            request_sha256=request_sha256,
-            lease_expires=member.lease_expires,
-            now=now,
-            pack_id=pack_id,
-        )
+        try:
+            claim = call_ops.claim_call(
+                conn,
+                job_id=member.job_id,
+                step=step,
+                provider=provider,
+                model=model,
+                request_sha256=request_sha256,
+                lease_expires=member.lease_expires,
+                now=now,
+                pack_id=pack_id,
+                budget=member.budget,
+            )
+        except JobFinished as done:
+            finished[member.job_id] = done.job
+            continue
+        except OverBudget as over:
+            return taken, finished, over.refusal
         if not claim.fresh:
             taken[member.job_id] = claim.call
-    return taken
+    return taken, finished, None
 
 
 def finish_members(

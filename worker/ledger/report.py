@@ -8,7 +8,7 @@ from sqlalchemy import distinct, func, select
 from sqlalchemy.engine import Connection
 
 from worker.ledger.models import calls, jobs
-from worker.ledger.rows import SENT_STATUSES, LedgerStatus
+from worker.ledger.rows import LOCAL_PROVIDER, SENT_STATUSES, LedgerStatus
 
 __all__ = ["ledger_status"]
 
@@ -20,6 +20,9 @@ def ledger_status(conn: Connection, batch: str | None = None) -> LedgerStatus:
         func.count(),
         func.count(jobs.c.published_at),
     ).group_by(jobs.c.terminal_type, jobs.c.terminal_reason)
+    # A local tool or handler run is a call (claimed at most once) but no request: it is
+    # neither counted as sent nor paid for.
+    requests = calls.c.provider != LOCAL_PROVIDER
     call_stmt = select(
         calls.c.status,
         calls.c.cost_basis,
@@ -27,10 +30,10 @@ def ledger_status(conn: Connection, batch: str | None = None) -> LedgerStatus:
         func.sum(calls.c.cost_usd),
         func.count(calls.c.cost_usd),
         func.sum(calls.c.claims),
-    ).group_by(calls.c.status, calls.c.cost_basis)
+    ).where(requests).group_by(calls.c.status, calls.c.cost_basis)
     # A packed request is one request however many jobs' calls it answered.
     pack_stmt = select(func.count(), func.count(distinct(calls.c.pack_id))).where(
-        calls.c.pack_id.is_not(None) & calls.c.status.in_(sorted(SENT_STATUSES))
+        calls.c.pack_id.is_not(None) & calls.c.status.in_(sorted(SENT_STATUSES)) & requests
     )
     if batch is not None:
         job_stmt = job_stmt.where(jobs.c.batch == batch)

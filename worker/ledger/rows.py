@@ -10,27 +10,36 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, Literal
 
+from shared.replies import CallStatus
+
 __all__ = [
     "CALL_STATUSES",
+    "LOCAL_PROVIDER",
     "OUTCOME_STATUSES",
     "SENT_STATUSES",
+    "BudgetAsk",
+    "BudgetRefusal",
+    "BudgetStatus",
     "CallOutcome",
     "CallRow",
-    "CallStatus",
     "Claim",
     "JobRow",
     "LedgerStatus",
-    "OutcomeStatus",
+    "RowStatus",
 ]
 
-CallStatus = Literal["claimed", "answered", "failed", "not_sent", "unknown"]
-OutcomeStatus = Literal["answered", "failed", "not_sent", "unknown"]
+#: A call row's status: ``claimed`` while in flight, then its outcome (``CallStatus``, the
+#: one outcome type, as receipts show it).
+RowStatus = Literal["claimed"] | CallStatus
 
 CALL_STATUSES: Final = frozenset({"claimed", "answered", "failed", "not_sent", "unknown"})
 #: What a claimed call may end as (``claimed`` itself is not an outcome).
 OUTCOME_STATUSES: Final = frozenset({"answered", "failed", "not_sent", "unknown"})
 #: Calls whose request may have reached the provider, so may have been paid for.
 SENT_STATUSES: Final = frozenset({"answered", "failed", "unknown"})
+#: The ``provider`` of a call that is a local tool or handler run, not a request: it is
+#: claimed like any call (at most once) but never counted as sent nor paid for.
+LOCAL_PROVIDER: Final = "handler"
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,8 @@ class JobRow:
     terminal_message: str | None
     finished_at: datetime | None
     published_at: datetime | None
+    #: Times ``decisions budget resume`` reopened the job (0: never).
+    resumes: int = 0
 
     @property
     def finished(self) -> bool:
@@ -62,7 +73,7 @@ class CallRow:
     provider: str
     model: str | None
     request_sha256: str | None
-    status: CallStatus
+    status: RowStatus
     lease_expires: datetime
     claims: int
     claimed_at: datetime
@@ -74,6 +85,10 @@ class CallRow:
     outcome_json: str | None
     #: The shared request's id when the call was packed with other jobs' (else None).
     pack_id: str | None = None
+    #: The worst case reserved against ``budget_scopes`` (space separated) at the claim;
+    #: None when no budget covered the call.
+    reserved_usd: float | None = None
+    budget_scopes: str | None = None
 
 
 @dataclass(frozen=True)
@@ -92,12 +107,16 @@ class Claim:
 @dataclass(frozen=True)
 class CallOutcome:
     step: str
-    status: OutcomeStatus
+    status: CallStatus
     receipt_json: str | None = None
     outcome_json: str | None = None
     cost_usd: float | None = None
     cost_basis: str | None = None
     error_code: str | None = None
+    #: The claim this outcome closes (the call's ``claims`` count when it was claimed): it
+    #: is recorded only onto that very claim, so a write retried after its commit was lost
+    #: can never land on a later delivery's re-claim. None: any claim of the call.
+    claims: int | None = None
 
 
 @dataclass(frozen=True)
@@ -136,3 +155,98 @@ class LedgerStatus:
     def cost_known_usd(self) -> float:
         """Reported plus estimated cost; unknown cost is left out, not counted as 0."""
         return sum(v for k, v in self.cost_by_basis.items() if k != "unknown" and v is not None)
+
+
+@dataclass(frozen=True)
+class BudgetAsk:
+    """What a claim needs to reserve a request's worst case (``worker.ledger.budget_ops``)."""
+
+    #: The request's worst-case cost; None: the provider has no known maximum (such a call
+    #: cannot run under a budget).
+    worst_usd: float | None
+    batch: str | None = None
+    #: The job's ``budget_usd``: creates the batch's budget if it has none yet.
+    batch_budget_usd: float | None = None
+    #: The fleet's daily ceiling for the call's provider (settings), if any.
+    daily_ceiling_usd: float | None = None
+    #: The setting or field a "no known maximum" refusal names.
+    field: str = "budget_usd"
+
+
+@dataclass(frozen=True)
+class BudgetRefusal:
+    """A request a budget could not take: nothing was claimed, nothing sent."""
+
+    scope: str
+    limit_usd: float | None
+    committed_usd: float
+    #: The request's worst case; None when it has no known maximum.
+    worst_usd: float | None
+    provider: str
+    field: str = "budget_usd"
+
+    @property
+    def left_usd(self) -> float | None:
+        if self.limit_usd is None:
+            return None
+        return max(0.0, round(self.limit_usd - self.committed_usd, 12))
+
+    def figures(self) -> dict[str, object]:
+        return {
+            "budget": self.scope,
+            "limit_usd": self.limit_usd,
+            "committed_usd": round(self.committed_usd, 12),
+            "left_usd": self.left_usd,
+            "worst_case_usd": self.worst_usd,
+            "provider": self.provider,
+        }
+
+    def detail(self) -> str:
+        """One line for the escalation: the budget, its figures, and the way on."""
+        if self.worst_usd is None:
+            return (
+                f"{self.field}: provider {self.provider} has no known maximum price, so it "
+                f"cannot run under budget {self.scope}; set DECISIONS_MAX_PRICE_PER_MTOK_USD "
+                "for it (or use a provider with a list price); nothing was sent"
+            )
+        fix = "decisions budget set BATCH USD, then decisions budget resume BATCH"
+        if not self.scope.startswith("batch:"):
+            fix = "raise DECISIONS_DAILY_CEILING_USD or wait for the next (UTC) day"
+        return (
+            f"budget {self.scope} exhausted: limit ${self.limit_usd:.6f}, committed "
+            f"${self.committed_usd:.6f} (spent and reserved), left ${self.left_usd or 0:.6f}; "
+            f"this request's worst case ${self.worst_usd:.6f} does not fit; nothing was sent "
+            f"({fix})"
+        )
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    """One budget's figures: ``committed = reserved + held_unknown + booked + spent_before``
+    (up to rounding), and what is left of the limit."""
+
+    scope: str
+    limit_usd: float | None
+    committed_usd: float
+    #: Reservations of calls in flight (claimed, not settled).
+    reserved_usd: float
+    calls_in_flight: int
+    #: Reservations kept whole for calls whose cost stayed unknown (never counted at 0).
+    held_unknown_usd: float
+    calls_unknown_cost: int
+    #: Booked costs of settled calls under this budget, by basis (reported, estimate).
+    booked_by_basis: dict[str, float] = field(default_factory=dict)
+    #: Known costs of the batch booked before its budget was set (counted in).
+    spent_before_usd: float = 0.0
+    #: The batch's jobs escalated ``budget_exhausted`` (``decisions budget resume`` reruns).
+    jobs_exhausted: int = 0
+
+    @property
+    def spent_usd(self) -> float:
+        return round(sum(self.booked_by_basis.values()) + self.spent_before_usd, 12)
+
+    @property
+    def left_usd(self) -> float | None:
+        if self.limit_usd is None:
+            return None
+        return round(self.limit_usd - self.committed_usd, 12)

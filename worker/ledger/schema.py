@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 MIGRATIONS_DIR: Final = Path(__file__).resolve().with_name("migrations")
-_TABLES: Final = ("jobs", "calls")
+_TABLES: Final = ("jobs", "calls", "labels")
 # Any fixed key: every worker of a fleet takes the same one, so only one migrates at a time.
 _PG_MIGRATE_LOCK: Final = 0x6C656467  # "ledg"
 

@@ -1,8 +1,7 @@
-"""The few SQL forms that differ between SQLite and PostgreSQL, and the ledger's clock."""
+"""The few SQL forms that differ between SQLite and PostgreSQL (the clock: ``clock``)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
@@ -10,11 +9,7 @@ from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Row
 
-__all__ = ["insert_if_absent", "insert_many_if_absent", "utcnow"]
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
+__all__ = ["insert_if_absent", "insert_many_if_absent"]
 
 
 @cache

@@ -25,32 +25,44 @@ from sqlalchemy import Engine, exc
 from sqlalchemy.engine import Connection, make_url
 
 from shared.errors import LedgerError
+from shared.labels import Label
 from shared.settings import Settings
-from worker.ledger import call_ops, job_ops, pack_ops, schema
+from worker.ledger import call_ops, job_ops, label_ops, leases, pack_ops, schema
+from worker.ledger.budget_store import BudgetMethods
+from worker.ledger.clock import DatabaseClock, database_time
 from worker.ledger.engine import READ_ONLY, describe_url, make_engine, translate_error
 from worker.ledger.errors import ClaimLost
+from worker.ledger.label_ops import LabelFilter, LabelRow
 from worker.ledger.models import calls, to_utc
 from worker.ledger.pack_ops import MemberClaim, MemberFinish, PackClaim
 from worker.ledger.report import ledger_status
-from worker.ledger.rows import CallOutcome, CallRow, Claim, JobRow, LedgerStatus
-from worker.ledger.sql import utcnow
+from worker.ledger.rows import (
+    BudgetAsk,
+    BudgetRefusal,
+    CallOutcome,
+    CallRow,
+    Claim,
+    JobRow,
+    LedgerStatus,
+)
 
 __all__ = ["Ledger"]
 
 
-class Ledger:
+class Ledger(BudgetMethods):
     def __init__(
         self,
         url: str,
         *,
         busy_timeout_s: float = 5.0,
         echo: bool = False,
-        clock: Callable[[], datetime] = utcnow,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         self._url = make_url(url)
         self._engine = make_engine(self._url, busy_timeout_s=busy_timeout_s, echo=echo)
         self._pid = os.getpid()
-        self._clock = clock
+        #: The database's time (``worker.ledger.clock``); a test may give its own clock.
+        self._clock = clock or DatabaseClock(self._database_time)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Ledger:
@@ -90,11 +102,17 @@ class Ledger:
         if os.getpid() == self._pid:
             self._engine.dispose()
 
-    def _now(self) -> datetime:
+    def now(self) -> datetime:
+        """The ledger's clock (the database's time): leases, deadlines and expiry are judged
+        by it alone, never by a worker's or a producer's clock."""
         return to_utc(self._clock())
 
+    def _database_time(self) -> datetime:
+        with self.transaction(read_only=True) as conn:
+            return database_time(conn)
+
     @contextmanager
-    def _tx(self, *, read_only: bool = False) -> Iterator[Connection]:
+    def transaction(self, *, read_only: bool = False) -> Iterator[Connection]:
         """One transaction, committed on leaving the block; DB outages become LedgerError."""
         if os.getpid() != self._pid:
             raise LedgerError(
@@ -118,16 +136,16 @@ class Ledger:
 
     def migrate(self) -> None:
         """``alembic upgrade head`` in one transaction; safe to run from several workers."""
-        with self._tx() as conn:
+        with self.transaction() as conn:
             schema.migrate(conn)
 
     def check_schema(self) -> None:
         """Raise ``SchemaBehind`` unless the schema is at this code's head revision."""
-        with self._tx(read_only=True) as conn:
+        with self.transaction(read_only=True) as conn:
             schema.check_schema(conn)
 
     def current_revision(self) -> str | None:
-        with self._tx(read_only=True) as conn:
+        with self.transaction(read_only=True) as conn:
             return schema.current_revision(conn)
 
     @staticmethod
@@ -152,7 +170,7 @@ class Ledger:
         On redelivery the stored row is returned unchanged: its deadline is the one that
         counts, whatever this delivery computed.
         """
-        with self._tx() as conn:
+        with self.transaction() as conn:
             return job_ops.open_or_read(
                 conn,
                 job_id=job_id,
@@ -162,21 +180,23 @@ class Ledger:
                 fingerprint=fingerprint,
                 deadline=deadline,
                 job_json=job_json,
-                now=self._now(),
+                now=self.now(),
             )[0]
 
     def open_and_claim(
         self, *, job: dict[str, Any], claim: dict[str, Any]
-    ) -> tuple[JobRow, Claim | None]:
+    ) -> tuple[JobRow, Claim | BudgetRefusal | None]:
         """``open_job`` with ``job``'s arguments and, for a job this inserted (so with no call
         yet) whose deadline is ahead, ``claim`` with ``claim``'s, in one transaction: a new
         job's claim costs no commit of its own. The claim is None for a job read back (or
-        late): the caller then goes on as after ``open_job``."""
-        with self._tx() as conn:
-            return job_ops.open_and_claim(conn, job=job, claim=claim, now=self._now())
+        late): the caller then goes on as after ``open_job``; a ``BudgetRefusal`` when a
+        budget could not take the request (``claim["budget"]``): the job is open, nothing
+        claimed."""
+        with self.transaction() as conn:
+            return job_ops.open_and_claim(conn, job=job, claim=claim, now=self.now())
 
     def get_job(self, job_id: str) -> JobRow | None:
-        with self._tx(read_only=True) as conn:
+        with self.transaction(read_only=True) as conn:
             return job_ops.read_job(conn, job_id)
 
     def finish_job(
@@ -195,7 +215,7 @@ class Ledger:
         cannot be recorded (``ClaimLost``: the call was expired meanwhile) the message is
         not stored either; the runner then finishes the job as the stored call says.
         """
-        with self._tx() as conn:
+        with self.transaction() as conn:
             return job_ops.finish_job(
                 conn,
                 job_id=job_id,
@@ -203,17 +223,17 @@ class Ledger:
                 reason=reason,
                 message_json=message_json,
                 outcome=outcome,
-                now=self._now(),
+                now=self.now(),
             )
 
     def mark_published(self, job_id: str) -> None:
         """Note that the terminal message went out; idempotent, the first time stamp stays."""
-        with self._tx() as conn:
-            job_ops.mark_published(conn, job_id=job_id, now=self._now())
+        with self.transaction() as conn:
+            job_ops.mark_published(conn, job_id=job_id, now=self.now())
 
     def unpublished(self, limit: int = 1000) -> list[JobRow]:
         """Finished jobs whose message is not published yet, oldest first (outbox relay)."""
-        with self._tx(read_only=True) as conn:
+        with self.transaction(read_only=True) as conn:
             return job_ops.unpublished(conn, limit=limit)
 
     # --- calls ---------------------------------------------------------------------------
@@ -227,14 +247,19 @@ class Ledger:
         model: str | None,
         request_sha256: str | None,
         lease_expires: datetime,
+        budget: BudgetAsk | None = None,
     ) -> Claim:
         """Claim the call (job_id, step); committed before this returns.
 
         ``fresh`` is True for a new call and for the re-claim of a ``not_sent`` one (its
         ``claims`` counts up); then the caller owns it and may send. Otherwise the stored row
-        comes back untouched and nothing may be sent.
+        comes back untouched and nothing may be sent. ``JobFinished`` (nothing claimed) if
+        the job has stored its terminal message, checked in the claim's own transaction.
+        With ``budget``, a fresh claim reserves the request's worst case in the same
+        transaction (``budget_ops``); ``OverBudget`` if a budget cannot take it: nothing is
+        claimed.
         """
-        with self._tx() as conn:
+        with self.transaction() as conn:
             return call_ops.claim_call(
                 conn,
                 job_id=job_id,
@@ -243,7 +268,8 @@ class Ledger:
                 model=model,
                 request_sha256=request_sha256,
                 lease_expires=lease_expires,
-                now=self._now(),
+                now=self.now(),
+                budget=budget,
             )
 
     def claim_pack(
@@ -260,10 +286,11 @@ class Ledger:
 
         ``fresh`` when every member's call was claimed (committed before this returns: the
         caller may send the request). Otherwise nothing was claimed, and ``taken`` holds the
-        stored calls that were not free: those members cannot be in the request.
+        stored calls that were not free: those members cannot be in the request; or
+        ``refused``: a budget could not take a member's share of the worst case.
         """
-        with self._tx() as conn:
-            taken = pack_ops.claim_members(
+        with self.transaction() as conn:
+            taken, finished, refused = pack_ops.claim_members(
                 conn,
                 members=members,
                 step=step,
@@ -271,13 +298,13 @@ class Ledger:
                 model=model,
                 request_sha256=request_sha256,
                 pack_id=pack_id,
-                now=self._now(),
+                now=self.now(),
             )
-            if taken:
+            if taken or finished or refused:
                 transaction = conn.get_transaction()
                 assert transaction is not None
                 transaction.rollback()
-                return PackClaim(fresh=False, taken=taken)
+                return PackClaim(fresh=False, taken=taken, finished=finished, refused=refused)
         return PackClaim(fresh=True, taken={})
 
     def finish_pack(self, *, members: Sequence[MemberFinish]) -> list[JobRow | ClaimLost]:
@@ -287,8 +314,8 @@ class Ledger:
         comes back), and a member whose call was expired meanwhile gets its ``ClaimLost``
         back with nothing written for it.
         """
-        with self._tx() as conn:
-            return pack_ops.finish_members(conn, members=members, now=self._now())
+        with self.transaction() as conn:
+            return pack_ops.finish_members(conn, members=members, now=self.now())
 
     def record(self, *, job_id: str, outcome: CallOutcome) -> CallRow:
         """Close a claimed call with its outcome.
@@ -298,8 +325,8 @@ class Ledger:
         ``ClaimLost`` is raised carrying it: raising rather than returning, so that a runner
         cannot mistake a refused write for a recorded one. ``CallNotFound`` if never claimed.
         """
-        with self._tx() as conn:
-            return call_ops.record_call(conn, job_id=job_id, outcome=outcome, now=self._now())
+        with self.transaction() as conn:
+            return call_ops.record_call(conn, job_id=job_id, outcome=outcome, now=self.now())
 
     def expire_claim(
         self,
@@ -315,8 +342,8 @@ class Ledger:
         ``cost_usd``/``cost_basis`` book the list price as an estimate where the provider
         has one (leave them None for an unknown cost). Returns the current row either way.
         """
-        moment = self._now() if now is None else to_utc(now)
-        with self._tx() as conn:
+        moment = self.now() if now is None else to_utc(now)
+        with self.transaction() as conn:
             return call_ops.expire_call(
                 conn,
                 job_id=job_id,
@@ -326,21 +353,27 @@ class Ledger:
                 cost_basis=cost_basis,
             )
 
+    def renew_lease(self, *, job_id: str, step: str, extend_s: float) -> bool:
+        """Extend a claimed call's live lease to the database's now + ``extend_s`` (never
+        shorter); False if the call is no longer claimed or its lease ran out (``leases``)."""
+        with self.transaction() as conn:
+            return leases.renew_lease(conn, job_id=job_id, step=step, extend_s=extend_s)
+
     def get_call(self, job_id: str, step: str) -> CallRow | None:
-        with self._tx(read_only=True) as conn:
+        with self.transaction(read_only=True) as conn:
             return call_ops.read_call(conn, job_id, step)
 
     def calls(self, job_id: str) -> list[CallRow]:
         """The job's calls in the order they were first claimed."""
-        with self._tx(read_only=True) as conn:
+        with self.transaction(read_only=True) as conn:
             return call_ops.list_calls(
                 conn, calls.c.job_id == job_id, calls.c.claimed_at, calls.c.step
             )
 
     def expired_claims(self, now: datetime | None = None) -> list[CallRow]:
         """Claimed calls whose lease ended before ``now``: a reaper expires each of them."""
-        moment = self._now() if now is None else to_utc(now)
-        with self._tx(read_only=True) as conn:
+        moment = self.now() if now is None else to_utc(now)
+        with self.transaction(read_only=True) as conn:
             return call_ops.list_calls(
                 conn,
                 (calls.c.status == "claimed") & (calls.c.lease_expires < moment),
@@ -351,11 +384,22 @@ class Ledger:
 
     def unknown_calls(self) -> list[CallRow]:
         """Calls whose outcome will never be known (each was, or will be, escalated)."""
-        with self._tx(read_only=True) as conn:
+        with self.transaction(read_only=True) as conn:
             return call_ops.list_calls(
                 conn, calls.c.status == "unknown", calls.c.finished_at, calls.c.job_id
             )
 
+    # --- labels (calibration) ----------------------------------------------------------
+
+    def store_labels(self, found: Sequence[tuple[Label, datetime, str | None]]) -> int:
+        """Store ``(label, resolved_at, entry id)`` each once; how many were new."""
+        with self.transaction() as conn:
+            return label_ops.store_labels(conn, found, now=self.now())
+
+    def labels(self, where: LabelFilter | None = None) -> list[LabelRow]:
+        with self.transaction(read_only=True) as conn:
+            return label_ops.read_labels(conn, where)
+
     def status(self, batch: str | None = None) -> LedgerStatus:
-        with self._tx(read_only=True) as conn:
+        with self.transaction(read_only=True) as conn:
             return ledger_status(conn, batch)

@@ -6,6 +6,8 @@ call, in two halves so the ledger can claim it between them. ``call_status(error
 which ledger state a failure is.
 """
 
+from shared.decoding import decode_answers, derived_confidence
+from shared.outcomes import CALL_STATUS, call_status
 from worker.providers.base import (
     DecisionProvider,
     DecisionRequest,
@@ -15,17 +17,12 @@ from worker.providers.base import (
     ReplayPolicy,
 )
 from worker.providers.catalog import CATALOG_PATH, ModelCatalog
-from worker.providers.decoding import decode_answers, derived_confidence
-from worker.providers.httpbase import CALL_KEY_HEADER, HttpDecisionProvider, estimate_input_tokens
+from worker.providers.httpbase import CALL_KEY_HEADER, HttpDecisionProvider
 from worker.providers.images import ImagePlan, is_jev, plan_images, token
 from worker.providers.limiter import Limiter, NoLimiter
 from worker.providers.limits import check_limits, rendered_length, state_bytes
 from worker.providers.openai import OpenAIDecisionsProvider
-from worker.providers.outcomes import CALL_STATUS, call_status
-from worker.providers.parallel import ParallelProvider
-from worker.providers.registry import BUILT_IN, ProviderRegistry
-from worker.providers.systemone import SystemOneConfig, SystemOneProvider
-from worker.providers.transport import (
+from worker.providers.outbound import (
     AuthSpec,
     ErrorDetails,
     OutboundRequest,
@@ -34,9 +31,11 @@ from worker.providers.transport import (
     UnknownCost,
     parse_retry_after,
     read_key,
-    send_never_replay,
-    was_cancelled,
 )
+from worker.providers.parallel import ParallelProvider
+from worker.providers.registry import BUILT_IN, ProviderRegistry
+from worker.providers.systemone import SystemOneConfig, SystemOneProvider
+from worker.providers.transport import send_never_replay, was_cancelled
 
 __all__ = [
     "BUILT_IN",
@@ -69,7 +68,6 @@ __all__ = [
     "check_limits",
     "decode_answers",
     "derived_confidence",
-    "estimate_input_tokens",
     "is_jev",
     "parse_retry_after",
     "plan_images",

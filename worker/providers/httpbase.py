@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Final
@@ -18,8 +17,11 @@ from urllib.parse import quote
 import httpx
 
 from shared.canonical import canonical_bytes, sha256_hex
+from shared.decoding import MissingAnswer
 from shared.errors import DecisionProviderError
+from shared.outcomes import call_status
 from shared.replies import Answer, CallStatus, ConfidenceSource, CostBasis, Evidence, Receipt
+from worker.observability import tracing
 from worker.providers.base import (
     DecisionRequest,
     PreparedRequest,
@@ -27,28 +29,29 @@ from worker.providers.base import (
     ProviderResult,
     ReplayPolicy,
 )
+from worker.providers.envelope import Clock, PaidHttp
 from worker.providers.limiter import Limiter
-from worker.providers.outcomes import call_status
-from worker.providers.transport import (
+from worker.providers.outbound import (
     AuthSpec,
     ErrorDetails,
-    OutboundRequest,
     TransportPolicy,
     TransportResponse,
     UnknownCost,
-    send_never_replay,
 )
 
-__all__ = ["CALL_KEY_HEADER", "HttpDecisionProvider", "estimate_input_tokens"]
+__all__ = ["CALL_KEY_HEADER", "HttpDecisionProvider", "per_token_worst"]
 
 #: The ledger key of the call, so a fake (and the fault suite) can count sends per job step.
 CALL_KEY_HEADER: Final = "X-Decisions-Call"
 _HEADER_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%")
 
 
-def estimate_input_tokens(body: bytes) -> int:
-    """About 4 bytes a token, on the exact bytes sent (the common estimate; the faux's too)."""
-    return max(1, len(body) // 4)
+def per_token_worst(prepared: PreparedRequest, price_per_mtok_usd: float | None) -> float | None:
+    """``prepared``'s bytes as tokens at ``price_per_mtok_usd``: an upper bound of what a host
+    pricing input tokens (output free) can charge for it (a token is at least a byte)."""
+    if price_per_mtok_usd is None:
+        return None
+    return price_per_mtok_usd * len(prepared.body) / 1_000_000
 
 
 def header_value(text: str) -> str:
@@ -60,6 +63,9 @@ class HttpDecisionProvider:
     """Base of the providers that speak HTTP with the replay policy ``never``."""
 
     replay: ClassVar[ReplayPolicy] = "never"
+    #: What a question left out of the answers means (the table in
+    #: ``shared.decoding``): System One hosts leave a refused question out.
+    missing_answer: ClassVar[MissingAnswer] = "refused"
     #: Inputs this provider takes on an experimental footing (``image``).
     experimental_inputs: tuple[str, ...] = ()
 
@@ -75,10 +81,9 @@ class HttpDecisionProvider:
     ) -> None:
         self.name = name
         self.limits = limits
-        self._http = http
-        self._auth = auth
-        self._policy = policy or TransportPolicy()
-        self._limiter = limiter
+        self._paid = PaidHttp(
+            name, http, auth=auth, policy=policy or TransportPolicy(), limiter=limiter
+        )
 
     # --- what a subclass says -------------------------------------------------------------
 
@@ -89,18 +94,23 @@ class HttpDecisionProvider:
         return None
 
     @property
+    def policy(self) -> TransportPolicy:
+        """Timeouts, attempts and backoff of this provider's sends (from the settings)."""
+        return self._paid.policy
+
+    @property
     def key_env(self) -> str | None:
         """The variable the key is read from (by name, at send time); ``None``: no key."""
-        return self._auth.env_var if self._auth else None
+        return self._paid.auth.env_var if self._paid.auth else None
 
     @property
     def key_is_set(self) -> bool:
         """Whether a key would be found now (never the key itself)."""
-        if self._auth is None or self._auth.fixed_key:
+        if self._paid.auth is None or self._paid.auth.fixed_key:
             return True
-        if self._auth.env_var is None:
+        if self._paid.auth.env_var is None:
             return False
-        return bool(os.environ.get(self._auth.env_var, "").strip())
+        return bool(os.environ.get(self._paid.auth.env_var, "").strip())
 
     def prepare(self, request: DecisionRequest, *, step: str = "decide") -> PreparedRequest:
         raise NotImplementedError
@@ -123,6 +133,14 @@ class HttpDecisionProvider:
         """What a sent request whose outcome is unknown is booked at (also when its worker
         died with it in flight, which the ledger learns only later)."""
         return self._unknown_cost(prepared)
+
+    def worst_cost(
+        self, prepared: PreparedRequest, max_price_per_mtok_usd: float | None
+    ) -> float | None:
+        """The most ``prepared`` can cost (what a budget reserves before it is sent); None:
+        no known maximum. By default the request's bytes at ``max_price_per_mtok_usd`` (a
+        token is at least a byte, so its tokens are at most its bytes)."""
+        return per_token_worst(prepared, max_price_per_mtok_usd)
 
     def _evidence(self, body: Any) -> list[Evidence]:
         return []
@@ -197,43 +215,50 @@ class HttpDecisionProvider:
     async def send(
         self, prepared: PreparedRequest, deadline: datetime, *, step: str = "decide"
     ) -> ProviderResult:
-        if deadline.tzinfo is None:
-            deadline = deadline.replace(tzinfo=UTC)
-        started_at = datetime.now(UTC)
-        t0 = time.monotonic()
-        try:
-            await self._before_send(prepared, deadline)
-            response = await send_never_replay(
-                self._http,
-                OutboundRequest("POST", prepared.url, prepared.body, prepared.headers),
-                provider=self.name,
-                deadline=deadline,
-                auth=self._auth,
-                policy=self._policy,
-                unknown_cost=self._unknown_cost(prepared),
-                error_details=self._error_details,
-                limiter=self._limiter,
-            )
-        except DecisionProviderError as exc:
-            exc.receipt = self._receipt(
-                prepared, step, call_status(exc), started_at, t0,
+        """The one send of every HTTP provider, in its trace span
+        (``worker.observability.tracing``)."""
+        with tracing.call_span(
+            "decide", provider=self.name, model=prepared.model, step=step
+        ) as span:
+            result = await self._send(prepared, deadline, step=step)
+            tracing.record(span, result.receipt)
+            return result
+
+    async def _send(
+        self, prepared: PreparedRequest, deadline: datetime, *, step: str
+    ) -> ProviderResult:
+        def failed(exc: DecisionProviderError, clock: Clock) -> Receipt:
+            return self._receipt(
+                prepared, step, call_status(exc), clock,
                 attempts=exc.attempts, cost=(exc.cost_usd, exc.cost_basis),
                 error_code=exc.code, ref_id=exc.ref_id,
             )
-            raise
+
+        async def before(aware_deadline: datetime) -> None:
+            await self._before_send(prepared, aware_deadline)
+
+        clock = Clock.start()
+        exchange = await self._paid.post(
+            prepared.url, prepared.body, prepared.headers, deadline, clock=clock, failed=failed,
+            unknown_cost=self._unknown_cost(prepared), error_details=self._error_details,
+            before=before,
+        )
+        response = exchange.response
         body: Any = None
         try:
             body = json.loads(response.body)
+            if tracing.enabled():
+                tracing.annotate(**{"gen_ai.usage.input_tokens": tracing.input_tokens(body)})
             answers = self._answers(prepared, body)
         except (ValueError, DecisionProviderError) as exc:
             raise self._invalid_response(
-                prepared, step, response, body, exc, started_at, t0
+                prepared, step, response, body, exc, clock
             ) from None
         sources: dict[str, ConfidenceSource] = {
             qid: a.confidence_source for qid, a in answers.items() if a.confidence_source
         }
         receipt = self._receipt(
-            prepared, step, "answered", started_at, t0,
+            prepared, step, "answered", clock,
             attempts=response.attempts,
             cost=self._cost(prepared, body),
             decision_id=self._decision_id(response, body),
@@ -250,8 +275,7 @@ class HttpDecisionProvider:
         response: TransportResponse,
         body: Any,
         cause: Exception,
-        started_at: datetime,
-        t0: float,
+        clock: Clock,
     ) -> DecisionProviderError:
         if isinstance(cause, DecisionProviderError):
             message = cause.detail
@@ -275,7 +299,7 @@ class HttpDecisionProvider:
             cost_usd=cost[0], cost_basis=cost[1], attempts=response.attempts,
         )
         error.receipt = self._receipt(
-            prepared, step, "failed", started_at, t0, attempts=response.attempts, cost=cost,
+            prepared, step, "failed", clock, attempts=response.attempts, cost=cost,
             error_code="invalid_response", decision_id=decision_id,
         )
         return error
@@ -285,8 +309,7 @@ class HttpDecisionProvider:
         prepared: PreparedRequest,
         step: str,
         status: CallStatus,
-        started_at: datetime,
-        t0: float,
+        clock: Clock,
         *,
         attempts: int,
         cost: tuple[float | None, CostBasis | None],
@@ -311,9 +334,9 @@ class HttpDecisionProvider:
             confidence_source=confidence_source or {},
             evidence=evidence or [],
             transport_attempts=attempts,
-            started_at=started_at,
+            started_at=clock.started_at,
             finished_at=datetime.now(UTC),
-            latency_ms=round((time.monotonic() - t0) * 1000, 3),
+            latency_ms=round(clock.elapsed_s() * 1000, 3),
             request_sha256=prepared.request_sha256,
             error_code=error_code,
             ref_id=ref_id,

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from shared.errors import DecisionProviderError
+from shared.images import PILLOW_MISSING
+from shared.limits import MAX_IMAGE_BYTES
 
 __all__ = [
     "DANGER_ZONE_IMAGES_HEADER",
@@ -51,7 +53,6 @@ DANGER_ZONE_IMAGES_HEADER: Final = "TypeSafe-Danger-Zone-Images"
 IMAGE_FIELDS_KEY: Final = "image_fields"
 JEV_MIN_SIDE_PX: Final = 280
 JEV_MAX_SIDE_PX: Final = 1568
-MAX_IMAGE_BYTES: Final = 16 * 1024 * 1024
 
 _KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _JEV = re.compile(r"(^|/)jev(-|$)")
@@ -93,8 +94,12 @@ def _format_and_size(data: bytes, *, provider: str, field: str) -> tuple[ImageFo
         fmt = "jpeg"
     else:
         raise _refuse(provider, field, "an image must be PNG or JPEG")
-    # Imported here: only image requests pay for Pillow.
-    from PIL import Image, UnidentifiedImageError
+    # Imported here: only image requests pay for Pillow, the optional [images] extra;
+    # without it the job is refused by this field, before anything is sent.
+    try:
+        from PIL import Image, UnidentifiedImageError
+    except ImportError:
+        raise _refuse(provider, field, PILLOW_MISSING) from None
 
     try:
         with Image.open(io.BytesIO(data)) as image:

@@ -10,13 +10,14 @@ The System One shape is mapped to OpenAI's array shape and the answers back:
 - ``instructions`` that are an object or an array, and a state that is, go as their
   canonical JSON text (``input`` and ``instructions`` are strings here);
 - answers are matched by ``name`` (by position when an answer has none) and mapped back to
-  the System One shape, then decoded like every other provider's; a ``refusal`` is refused.
+  the System One shape, then decoded like every other provider's; a ``refusal`` is refused,
+  and a question left without an answer is ``invalid_response`` (OpenAI refuses explicitly).
 
 Cost: OpenAI's price is $0.10 per million input tokens, output free (``settings.
 openai_price_per_mtok_usd``). The response's ``usage.input_tokens`` times that price is
 booked as an ``estimate`` (the price is ours, not a reported charge); without usage, and for
 a request whose outcome is unknown, the request's estimated input tokens are used
-(``estimate_input_tokens``), also as an ``estimate``.
+(``shared.tokens``), also as an ``estimate``.
 """
 
 from __future__ import annotations
@@ -24,20 +25,21 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import httpx
 
 from shared.canonical import canonical_bytes
+from shared.decoding import MissingAnswer, decode_answers
 from shared.errors import DecisionProviderError
 from shared.replies import Answer, CostBasis
 from shared.settings import Settings
+from shared.tokens import estimate_tokens
 from worker.providers.base import DecisionRequest, PreparedRequest, ProviderLimits
-from worker.providers.decoding import decode_answers
-from worker.providers.httpbase import HttpDecisionProvider, estimate_input_tokens
+from worker.providers.httpbase import HttpDecisionProvider, per_token_worst
 from worker.providers.limiter import Limiter
 from worker.providers.limits import check_limits
-from worker.providers.transport import (
+from worker.providers.outbound import (
     AuthSpec,
     ErrorDetails,
     TransportPolicy,
@@ -138,6 +140,10 @@ def from_openai_answer(answer: Any) -> Any:
 
 
 class OpenAIDecisionsProvider(HttpDecisionProvider):
+    #: OpenAI answers a refused question ``{"type": "refusal", "name"}``; one left out does
+    #: not match the questions.
+    missing_answer: ClassVar[MissingAnswer] = "invalid_response"
+
     def __init__(
         self,
         *,
@@ -220,7 +226,10 @@ class OpenAIDecisionsProvider(HttpDecisionProvider):
                     "invalid_response", f"answers.{qid}: answered twice", provider=self.name
                 )
             keyed[qid] = from_openai_answer(answer)
-        return decode_answers(prepared.decode_hints["questions"], keyed, provider=self.name)
+        return decode_answers(
+            prepared.decode_hints["questions"], keyed, provider=self.name,
+            missing=self.missing_answer,
+        )
 
     def _decision_id(self, response: TransportResponse, body: Any) -> str | None:
         found = body.get("id") if isinstance(body, dict) else None
@@ -235,11 +244,19 @@ class OpenAIDecisionsProvider(HttpDecisionProvider):
             isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0
             and math.isfinite(tokens)
         ):
-            tokens = estimate_input_tokens(prepared.body)
+            tokens = estimate_tokens(len(prepared.body))
         return self.price_per_mtok_usd * tokens / 1_000_000, "estimate"
 
+    def worst_cost(
+        self, prepared: PreparedRequest, max_price_per_mtok_usd: float | None
+    ) -> float | None:
+        """The request's bytes at the configured maximum, else at OpenAI's price (output is
+        free, and a token is at least a byte)."""
+        ceiling = max_price_per_mtok_usd
+        return per_token_worst(prepared, self.price_per_mtok_usd if ceiling is None else ceiling)
+
     def _unknown_cost(self, prepared: PreparedRequest) -> UnknownCost:
-        tokens = estimate_input_tokens(prepared.body)
+        tokens = estimate_tokens(len(prepared.body))
         return UnknownCost(self.price_per_mtok_usd * tokens / 1_000_000, "estimate")
 
     def _error_details(self, status: int, headers: httpx.Headers, body: bytes) -> ErrorDetails:

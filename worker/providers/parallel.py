@@ -9,8 +9,10 @@ What it does with Parallel's answers (seed 004, "Parallel Decisions"):
 - Model: the ``fast`` mode, declared as the model ``parallel-fast``. ``modes``
   (``settings.parallel_modes``) lists the modes a request may pin as ``parallel-<mode>``;
   none pinned asks the first; any other model is ``invalid_request`` before sending.
-- Refusals (``{"type": "refusal"}``) stay refusals; a missing confidence is derived from
-  the probabilities and the receipt says so (``worker.providers.decoding``).
+- Refusals are only an explicit ``{"type": "refusal"}`` and stay refusals; a question left
+  out of ``answers`` is ``invalid_response`` (the table in ``shared.decoding``
+  says which rule each provider follows). A missing confidence is derived from
+  the probabilities and the receipt says so (``shared.decoding``).
 - Citations apply to the whole request: each is ``Evidence(scope="call")``.
 - Cost: the response carries none, so an answered request, and one whose outcome was
   lost, is booked at ``settings.parallel_list_price_usd`` as an ``estimate``. The decision
@@ -20,25 +22,25 @@ What it does with Parallel's answers (seed 004, "Parallel Decisions"):
   the cost on the error.
 
 Field names beyond ``answers`` and ``citations`` are not publicly documented; the ones here
-are the faux's (``worker.faux.wire``), kept as constants so a correction is one edit.
+are the faux's (``worker.testing.faux.wire``), kept as constants so a correction is one edit.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import httpx
 
+from shared.decoding import MissingAnswer, decode_answers
 from shared.errors import DecisionProviderError
 from shared.replies import Answer, CostBasis, Evidence
 from shared.settings import Settings
 from worker.providers.base import DecisionRequest, PreparedRequest, ProviderLimits
-from worker.providers.decoding import decode_answers
 from worker.providers.httpbase import HttpDecisionProvider
 from worker.providers.limiter import Limiter
 from worker.providers.limits import check_limits
-from worker.providers.transport import (
+from worker.providers.outbound import (
     AuthSpec,
     ErrorDetails,
     TransportPolicy,
@@ -91,6 +93,10 @@ def described(question: dict[str, Any]) -> dict[str, Any]:
 
 
 class ParallelProvider(HttpDecisionProvider):
+    #: Parallel refuses with ``{"type": "refusal"}``; a question it left out is an answer
+    #: set that does not match the questions (seed 004): ``invalid_response``.
+    missing_answer: ClassVar[MissingAnswer] = "invalid_response"
+
     def __init__(
         self,
         *,
@@ -172,7 +178,8 @@ class ParallelProvider(HttpDecisionProvider):
                 "invalid_response", "the response is not a JSON object", provider=self.name
             )
         return decode_answers(
-            prepared.decode_hints["questions"], body.get("answers"), provider=self.name
+            prepared.decode_hints["questions"], body.get("answers"), provider=self.name,
+            missing=self.missing_answer,
         )
 
     def _answered_model(self, prepared: PreparedRequest, body: Any) -> str | None:
@@ -187,6 +194,12 @@ class ParallelProvider(HttpDecisionProvider):
         self, prepared: PreparedRequest, body: Any
     ) -> tuple[float | None, CostBasis | None]:
         return self.list_price_usd, "estimate"
+
+    def worst_cost(
+        self, prepared: PreparedRequest, max_price_per_mtok_usd: float | None
+    ) -> float | None:
+        """Parallel's list price a request: what it is booked at, answered or lost."""
+        return self.list_price_usd
 
     def _unknown_cost(self, prepared: PreparedRequest) -> UnknownCost:
         # Parallel may have answered (and charged) it: its list price, as an estimate.

@@ -41,7 +41,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from shared import keys
-from shared.settings import ProviderLimit, Settings
+from shared.setting_types import ProviderLimit
+from shared.settings import Settings
 
 __all__ = ["LimiterStats", "RedisLimiter", "SlotToken", "WaitCallback"]
 

@@ -11,11 +11,12 @@ variable, default model, models served, price and request-id header:
   cost, so ``usage.input_tokens`` is booked at ``typesafe_price_per_mtok_usd`` as an
   ``estimate``.
 - any host of ``settings.systemone_hosts``.
-- ``faux``: the fake System One host (``worker.faux``), at ``settings.faux_url`` or in-process.
+- ``faux``: the fake System One host (``worker.testing.faux``), at ``settings.faux_url`` or
+  in-process.
 
 Cost, for every flavour: a reported ``usage.cost`` wins (``reported``); else a configured
 price times ``usage.input_tokens`` (or, without usage, the request's estimated input tokens,
-``estimate_input_tokens``) is an ``estimate``; else the cost is unknown (null). A request
+``shared.tokens``) is an ``estimate``; else the cost is unknown (null). A request
 whose outcome is unknown is booked at the price times the request's estimated input tokens
 where a price is configured (TypeSafe: the host may have charged exactly that), and at an
 unknown cost otherwise (OpenRouter: its cost comes only with the answer).
@@ -32,17 +33,19 @@ from typing import Any, Final
 
 import httpx
 
+from shared.decoding import decode_answers
 from shared.errors import DecisionProviderError
 from shared.replies import Answer, CostBasis
-from shared.settings import Settings, SystemOneHost
+from shared.setting_types import SystemOneHost
+from shared.settings import Settings
+from shared.tokens import estimate_tokens
 from worker.providers.base import DecisionRequest, PreparedRequest, ProviderLimits
 from worker.providers.catalog import CATALOG_PATH, ModelCatalog
-from worker.providers.decoding import decode_answers
-from worker.providers.httpbase import HttpDecisionProvider, estimate_input_tokens
+from worker.providers.httpbase import HttpDecisionProvider, per_token_worst
 from worker.providers.images import DANGER_ZONE_IMAGES_HEADER, plan_images
 from worker.providers.limiter import Limiter
 from worker.providers.limits import check_limits
-from worker.providers.transport import (
+from worker.providers.outbound import (
     AuthSpec,
     ErrorDetails,
     TransportPolicy,
@@ -62,7 +65,8 @@ __all__ = [
 ]
 
 TYPESAFE_REQUEST_ID_HEADER: Final = "x-typesafe-request-id"
-#: The faux answers a request naming no model as this one (``worker.faux.wire.DEFAULT_MODEL``).
+#: The faux answers a request naming no model as this one
+#: (``worker.testing.faux.wire.DEFAULT_MODEL``).
 FAUX_DEFAULT_MODEL: Final = "faux-1"
 #: The faux wants an auth header but checks no key: this placeholder is all it gets.
 FAUX_KEY: Final = "faux-no-secret"
@@ -99,6 +103,10 @@ class SystemOneConfig:
     catalog_path: str | None = None
     #: Per-model override of the catalog's word on image input.
     image_models: Mapping[str, bool] = field(default_factory=dict)
+    #: OpenRouter: the USD per million prompt tokens sent as its ``provider.max_price``
+    #: routing option (``settings.openrouter_max_price_routing``), so that it never routes a
+    #: request to an endpoint above the maximum a budget reserved for.
+    max_price_routing: float | None = None
     limits: ProviderLimits = SYSTEM_ONE_LIMITS
 
     @property
@@ -114,6 +122,11 @@ class SystemOneConfig:
             default_model=settings.openrouter_default_model,
             images=True,
             catalog_path=CATALOG_PATH,
+            max_price_routing=(
+                settings.max_price_per_mtok_usd.get("openrouter")
+                if settings.openrouter_max_price_routing
+                else None
+            ),
         )
 
     @classmethod
@@ -197,6 +210,8 @@ class SystemOneProvider(HttpDecisionProvider):
         body: dict[str, Any] = {"state": request.state, "questions": questions}
         if model is not None:
             body["model"] = model
+        if self.config.max_price_routing is not None:
+            body["provider"] = {"max_price": {"prompt": self.config.max_price_routing}}
         headers: dict[str, str] = {}
         hints: dict[str, Any] = {"questions": questions, "step": step}
         if request.assets is not None:
@@ -248,7 +263,8 @@ class SystemOneProvider(HttpDecisionProvider):
                 "invalid_response", "the response is not a JSON object", provider=self.name
             )
         return decode_answers(
-            prepared.decode_hints["questions"], body.get("answers"), provider=self.name
+            prepared.decode_hints["questions"], body.get("answers"), provider=self.name,
+            missing=self.missing_answer,
         )
 
     def _decision_id(self, response: TransportResponse, body: Any) -> str | None:
@@ -272,14 +288,25 @@ class SystemOneProvider(HttpDecisionProvider):
             return None, None
         tokens = usage.get("input_tokens")
         if not (_non_negative(tokens) and isinstance(tokens, int)):
-            tokens = estimate_input_tokens(prepared.body)
+            tokens = estimate_tokens(len(prepared.body))
         return price * tokens / 1_000_000, "estimate"
+
+    def worst_cost(
+        self, prepared: PreparedRequest, max_price_per_mtok_usd: float | None
+    ) -> float | None:
+        """The request's bytes at the configured maximum, else at the host's own price (a
+        host booked by its price can charge no more); None for a host with neither
+        (OpenRouter: configure ``max_price_per_mtok_usd``)."""
+        price = max_price_per_mtok_usd
+        if price is None:
+            price = self.config.price_per_mtok_usd
+        return per_token_worst(prepared, price)
 
     def _unknown_cost(self, prepared: PreparedRequest) -> UnknownCost:
         price = self.config.price_per_mtok_usd
         if price is None:
             return UnknownCost()
-        return UnknownCost(price * estimate_input_tokens(prepared.body) / 1_000_000, "estimate")
+        return UnknownCost(price * estimate_tokens(len(prepared.body)) / 1_000_000, "estimate")
 
     def _error_details(self, status: int, headers: httpx.Headers, body: bytes) -> ErrorDetails:
         header = self.config.request_id_header

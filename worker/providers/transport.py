@@ -4,7 +4,8 @@ provably never reached the provider, or when a 429 says when to come back.
 Shared by every decision provider and by the menus' chat-completions runtime, so it knows
 nothing of decision shapes: it takes URL, body bytes and headers, and returns the status,
 headers and body, or raises ``DecisionProviderError`` with a ``code`` naming the phase in
-which the request failed:
+which the request failed (a summary; exceptions are mapped in one table,
+``worker.providers.failures.FAILURES``):
 
 ==============================================  ===================  =======================
 what happened                                    code                 was anything sent?
@@ -46,7 +47,7 @@ appears in a message, a log line or an error attribute; errors keep only excepti
 names, status codes and the phase. Response bodies of errors are dropped (an ``error_details``
 callback may pick a ``ref_id`` and a short error kind out of them, both sanitised).
 
-Recording: every response that arrives is handed to ``recording.observe`` before it is
+Recording: every response that arrives is handed to ``observers.observe`` before it is
 classified (``DECISIONS_RECORD_DIR``), with the key, so that no recording can hold it. A 4xx
 with ``x-decisions-replay-miss`` (a replay with no recording of the request) is
 ``invalid_request`` whose message is that header's sanitised text.
@@ -57,45 +58,33 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import math
-import os
-import random
 import re
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
-from typing import Any
 
 import httpx
 
 from shared.errors import DecisionProviderError, ProviderErrorCode
-from shared.replies import CostBasis
+from shared.scrub import remove_secrets
+from worker.providers.failures import AGAIN, Phase, failure_of
 from worker.providers.limiter import Limiter, NoLimiter
-from worker.providers.recording import observe, replay_miss
+from worker.providers.observers import observe, replay_miss
+from worker.providers.outbound import (
+    AuthSpec,
+    ErrorDetails,
+    ErrorDetailsFn,
+    OutboundRequest,
+    TransportPolicy,
+    TransportResponse,
+    UnknownCost,
+    parse_retry_after,
+    read_key,
+)
 
-__all__ = [
-    "AuthSpec",
-    "ErrorDetails",
-    "OutboundRequest",
-    "TransportPolicy",
-    "TransportResponse",
-    "UnknownCost",
-    "parse_retry_after",
-    "read_key",
-    "send_never_replay",
-    "was_cancelled",
-]
+__all__ = ["send_never_replay", "was_cancelled"]
 
 logger = logging.getLogger(__name__)
 
-#: Exceptions raised before a single byte of the request left: safe to send again.
-NEVER_SENT: tuple[type[Exception], ...] = (
-    httpx.ConnectError,
-    httpx.ConnectTimeout,
-    httpx.PoolTimeout,
-)
 #: Redirect statuses: a decision API answering one did not process the POST (wrong base URL).
 _REDIRECT_NOT_PROCESSED = frozenset({301, 302, 307, 308})
 #: How much longer than httpx's per-phase timeout the whole attempt may take.
@@ -104,115 +93,9 @@ _SAFE_REF = re.compile(r"^[A-Za-z0-9._:/\-]{1,128}$")
 _SAFE_KIND = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$")
 
 
-@dataclass(frozen=True)
-class AuthSpec:
-    """Where the key comes from (a variable, by name) and how it goes on the wire."""
-
-    #: The key's variable; ``None`` for a host that takes a fixed, non-secret key (the faux).
-    env_var: str | None
-    header: str = "Authorization"
-    #: ``"Bearer"`` sends ``Bearer KEY``; ``None`` sends the key as the header's whole value.
-    scheme: str | None = "Bearer"
-    #: A key given directly (the seed's ``apiKey``), which wins over the variable; or the
-    #: placeholder the faux insists on. Kept out of ``repr`` so a logged provider shows none.
-    fixed_key: str | None = field(default=None, repr=False)
-
-
-@dataclass(frozen=True)
-class TransportPolicy:
-    #: Longest single attempt (the provider's own timeout); cut further by the deadline.
-    timeout_s: float = 30.0
-    #: Sends of one request, counting 429 retries and never-sent retries alike.
-    max_attempts: int = 3
-    backoff_base_s: float = 0.2
-    backoff_max_s: float = 2.0
-
-    def backoff_s(self, attempt: int) -> float:
-        """Wait after the ``attempt``-th never-sent failure: exponential, half jittered."""
-        ceiling = min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1))
-        return random.uniform(ceiling / 2, ceiling)  # jitter, not crypto
-
-
-@dataclass(frozen=True)
-class OutboundRequest:
-    method: str
-    url: str
-    body: bytes | None = None
-    #: Headers other than auth; auth is added per attempt from ``AuthSpec``.
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class UnknownCost:
-    """What a request whose outcome is unknown is booked at (``None``: unknown, never 0)."""
-
-    usd: float | None = None
-    basis: CostBasis | None = None
-
-
-@dataclass(frozen=True)
-class ErrorDetails:
-    """What may be kept of an error body: the provider's reference and a short error kind."""
-
-    ref_id: str | None = None
-    kind: str | None = None
-
-
-@dataclass(frozen=True)
-class TransportResponse:
-    status_code: int
-    headers: httpx.Headers
-    body: bytes
-    attempts: int
-    elapsed_s: float
-
-
-ErrorDetailsFn = Callable[[int, httpx.Headers, bytes], ErrorDetails]
-
-
 def was_cancelled(exc: BaseException) -> bool:
     """True when ``exc`` was converted from the host's ``asyncio.CancelledError``."""
     return isinstance(exc.__cause__, asyncio.CancelledError)
-
-
-def read_key(auth: AuthSpec, provider: str) -> str:
-    """The key, read by its variable's name now; ``configuration`` naming the variable if unset."""
-    if auth.fixed_key:
-        return auth.fixed_key
-    if auth.env_var is None:
-        raise DecisionProviderError(
-            "configuration", "no key variable is configured; nothing was sent", provider=provider
-        )
-    key = os.environ.get(auth.env_var, "").strip()
-    if not key:
-        raise DecisionProviderError(
-            "configuration",
-            f"{auth.env_var} is not set; nothing was sent",
-            provider=provider,
-        )
-    return key
-
-
-def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
-    """``Retry-After`` in seconds from now (delta-seconds or an HTTP date); ``None`` if bad."""
-    if value is None:
-        return None
-    value = value.strip()
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = (when - (now or datetime.now(UTC))).total_seconds()
-    if math.isnan(seconds) or math.isinf(seconds):
-        return None
-    return max(0.0, seconds)
 
 
 @functools.lru_cache(maxsize=256)
@@ -220,29 +103,6 @@ def _parsed_url(url: str) -> httpx.URL:
     # A provider sends every request to one of a few URLs: parse each once (half of what
     # building a request costs otherwise).
     return httpx.URL(url)
-
-
-class _Phase:
-    """Follows httpcore's trace events to tell "still connecting" from "request may be out".
-
-    Only a connection event *seen* proves nothing was written: a transport that emits no
-    events (a MockTransport, a reused pooled connection before its first event) counts as
-    possibly sent, the safe side.
-    """
-
-    def __init__(self) -> None:
-        self.connecting = False
-        self.sending = False
-
-    async def __call__(self, event: str, info: dict[str, Any]) -> None:
-        if event.endswith(("connect_tcp.started", "connect_unix_socket.started")):
-            self.connecting = True
-        elif event.endswith("send_request_headers.started"):
-            self.sending = True
-
-    @property
-    def provably_unsent(self) -> bool:
-        return self.connecting and not self.sending
 
 
 class _Call:
@@ -280,8 +140,8 @@ class _Call:
     def _scrub(self, text: str | None) -> str | None:
         if text is None:
             return None
-        if self.key and self.key in text:
-            return None
+        if self.key and remove_secrets(text, [self.key]) != text:
+            return None  # the key in any form (case-folded, base64, ...): drop the whole field
         return text
 
     def error(
@@ -349,7 +209,7 @@ class _Call:
                 "timeout", "the deadline passed waiting for a send slot; nothing was sent"
             )
         self.attempts += 1
-        phase = _Phase()
+        phase = Phase()
         cut_by_deadline = budget < self.policy.timeout_s
         try:
             try:
@@ -360,59 +220,17 @@ class _Call:
                     response = await self.client.send(self._build(budget, phase))
             finally:
                 await self.limiter.release(token)
-        except asyncio.CancelledError as cancel:
-            if phase.provably_unsent:
-                raise self.error(
-                    "aborted", "cancelled while connecting; nothing was sent"
-                ) from cancel
-            raise self.error(
-                "outcome_unknown", "cancelled while the request was in flight", with_cost=True
-            ) from cancel
-        except TimeoutError:
-            if phase.provably_unsent and not cut_by_deadline:
-                await self._never_sent("ConnectTimeout")
+        except (asyncio.CancelledError, Exception) as exc:
+            failure = failure_of(
+                exc, unsent=phase.provably_unsent, cut_by_deadline=cut_by_deadline
+            )
+            if failure.code == AGAIN:
+                await self._never_sent(failure.message)
                 return None
-            if phase.provably_unsent:
-                raise self.error(
-                    "timeout", "the deadline passed while connecting; nothing was sent"
-                ) from None
-            reason = "the deadline" if cut_by_deadline else "the provider timeout"
-            raise self.error(
-                "outcome_unknown", f"{reason} ended the request in flight", with_cost=True
-            ) from None
-        except NEVER_SENT as exc:
-            if cut_by_deadline and isinstance(exc, httpx.TimeoutException):
-                raise self.error(
-                    "timeout",
-                    f"the deadline passed before the request left ({type(exc).__name__}); "
-                    "nothing was sent",
-                ) from None
-            await self._never_sent(type(exc).__name__)
-            return None
-        except (httpx.ReadTimeout, httpx.WriteTimeout) as exc:
-            reason = "the deadline" if cut_by_deadline else "the provider timeout"
-            raise self.error(
-                "outcome_unknown",
-                f"{reason} ended the request in flight ({type(exc).__name__})",
-                with_cost=True,
-            ) from None
-        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-            raise self.error(
-                "configuration", f"bad provider URL ({type(exc).__name__}); nothing was sent"
-            ) from None
-        except httpx.DecodingError as exc:
-            raise self.error(
-                "invalid_response", f"the response could not be decoded ({type(exc).__name__})",
-                with_cost=True,
-            ) from None
-        except Exception as exc:
-            # WriteError, WriteTimeout, ReadError, ReadTimeout, RemoteProtocolError, and
-            # anything unforeseen: the request may have been received, so never again.
-            raise self.error(
-                "outcome_unknown",
-                f"the connection failed after the request may have left ({type(exc).__name__})",
-                with_cost=True,
-            ) from None
+            error = self.error(failure.code, failure.message, with_cost=failure.with_cost)
+            # A cancel stays visible (``was_cancelled``); anything else is dropped, as its
+            # text may hold what the request carried.
+            raise error from (exc if isinstance(exc, asyncio.CancelledError) else None)
         # Every response that arrived, before classifying it: a recording keeps failures too.
         observe(
             self.provider, self.request.method, self.request.url, self.request.body,
@@ -421,7 +239,7 @@ class _Call:
         )
         return await self._classify(response)
 
-    def _build(self, budget: float, phase: _Phase) -> httpx.Request:
+    def _build(self, budget: float, phase: Phase) -> httpx.Request:
         headers = dict(self.request.headers)
         if self.auth is not None and self.key is not None:
             scheme = self.auth.scheme

@@ -20,7 +20,6 @@ deadline); ``worker.runtimes.BlockingRuntime`` serves the engine's synchronous p
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -31,19 +30,16 @@ import httpx
 from shared.canonical import canonical_bytes, sha256_hex
 from shared.errors import DecisionProviderError
 from shared.menus import Message, ModelReply, ToolSpec
+from shared.outcomes import call_status
 from shared.replies import CallStatus, Receipt
-from shared.settings import ChatHost, Settings
+from shared.setting_types import ChatHost
+from shared.settings import Settings
+from worker.observability import tracing
+from worker.providers.envelope import Clock, PaidHttp
 from worker.providers.httpbase import CALL_KEY_HEADER, header_value
 from worker.providers.limiter import Limiter
-from worker.providers.outcomes import call_status
+from worker.providers.outbound import AuthSpec, TransportPolicy
 from worker.providers.systemone import FAUX_KEY, faux_api_base
-from worker.providers.transport import (
-    AuthSpec,
-    OutboundRequest,
-    TransportPolicy,
-    UnknownCost,
-    send_never_replay,
-)
 from worker.runtimes.wire import (
     ResponseInvalid,
     answered_model,
@@ -167,13 +163,13 @@ class ChatRuntime:
         limiter: Limiter | None = None,
     ) -> None:
         self.config = config
-        self._http = http
-        self._policy = policy or TransportPolicy()
-        self._limiter = limiter
-        self._auth: AuthSpec | None = (
+        auth = (
             AuthSpec(env_var=config.key_env, fixed_key=config.fixed_key)
             if config.key_env or config.fixed_key
             else None
+        )
+        self._paid = PaidHttp(
+            config.name, http, auth=auth, policy=policy or TransportPolicy(), limiter=limiter
         )
 
     def __repr__(self) -> str:
@@ -237,28 +233,29 @@ class ChatRuntime:
     async def send(
         self, prepared: PreparedChat, deadline: datetime, *, step: str = "chat"
     ) -> ChatResult:
-        if deadline.tzinfo is None:
-            deadline = deadline.replace(tzinfo=UTC)
-        started_at = datetime.now(UTC)
-        t0 = time.monotonic()
-        try:
-            response = await send_never_replay(
-                self._http,
-                OutboundRequest("POST", prepared.url, prepared.body, prepared.headers),
-                provider=self.name,
-                deadline=deadline,
-                auth=self._auth,
-                policy=self._policy,
-                unknown_cost=UnknownCost(),
-                error_details=error_details,
-                limiter=self._limiter,
-            )
-        except DecisionProviderError as exc:
-            exc.receipt = self._receipt(
-                prepared, step, call_status(exc), started_at, t0, attempts=exc.attempts,
+        """One paid model call, in its trace span (``worker.observability.tracing``)."""
+        with tracing.call_span(
+            "chat", provider=self.name, model=prepared.model, step=step
+        ) as span:
+            result = await self._send(prepared, deadline, step=step)
+            if span is not None:
+                tokens = tracing.input_tokens(result.raw, "prompt_tokens")
+                tracing.annotate(span, **{"gen_ai.usage.input_tokens": tokens})
+                tracing.record(span, result.receipt)
+            return result
+
+    async def _send(self, prepared: PreparedChat, deadline: datetime, *, step: str) -> ChatResult:
+        def failed(exc: DecisionProviderError, clock: Clock) -> Receipt:
+            return self._receipt(
+                prepared, step, call_status(exc), clock, attempts=exc.attempts,
                 cost=exc.cost_usd, error_code=exc.code, ref_id=exc.ref_id,
             )
-            raise
+
+        exchange = await self._paid.post(
+            prepared.url, prepared.body, prepared.headers, deadline, clock=Clock.start(),
+            failed=failed, error_details=error_details,
+        )
+        response, clock = exchange.response, exchange.clock
         body: object = None
         try:
             body = json.loads(response.body)
@@ -272,13 +269,13 @@ class ChatRuntime:
                 cost_usd=cost, cost_basis="reported" if cost is not None else None,
             )
             error.receipt = self._receipt(
-                prepared, step, "failed", started_at, t0, attempts=response.attempts,
+                prepared, step, "failed", clock, attempts=response.attempts,
                 cost=cost, error_code="invalid_response", decision_id=response_id(body),
             )
             raise error from None
         assert isinstance(body, dict)
         receipt = self._receipt(
-            prepared, step, "answered", started_at, t0, attempts=response.attempts,
+            prepared, step, "answered", clock, attempts=response.attempts,
             cost=reported_cost(body), decision_id=response_id(body),
             model=answered_model(body, prepared.model),
         )
@@ -304,8 +301,7 @@ class ChatRuntime:
         prepared: PreparedChat,
         step: str,
         status: CallStatus,
-        started_at: datetime,
-        t0: float,
+        clock: Clock,
         *,
         attempts: int,
         cost: float | None,
@@ -323,9 +319,9 @@ class ChatRuntime:
             cost_usd=round(cost, 12) if cost is not None else None,
             cost_basis="reported" if cost is not None else None,
             transport_attempts=attempts,
-            started_at=started_at,
+            started_at=clock.started_at,
             finished_at=datetime.now(UTC),
-            latency_ms=round((time.monotonic() - t0) * 1000, 3),
+            latency_ms=round(clock.elapsed_s() * 1000, 3),
             request_sha256=prepared.request_sha256,
             error_code=error_code,
             ref_id=ref_id,

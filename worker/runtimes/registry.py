@@ -2,8 +2,11 @@
 
 Built-in names: ``faux`` (the default unless ``settings.default_runtime`` says otherwise),
 ``openrouter``, ``openai``, and every host of ``settings.chat_hosts`` under its own name (a
-host may not take a built-in name). One ``httpx.AsyncClient`` serves them all; the faux is
-reached at ``settings.faux_url`` through it when set, else in process.
+host may not take a built-in name). One ``httpx.AsyncClient`` serves them all. The faux is
+there only when asked for, as for the providers (``worker.providers.registry``): at
+``settings.faux_url`` through that client, or in process (``faux_transport``, or
+``settings.faux_in_process``); otherwise a menu job naming it is refused by its
+``runtime.provider`` field.
 """
 
 from __future__ import annotations
@@ -12,77 +15,52 @@ from typing import Any
 
 import httpx
 
-from shared.errors import ConfigurationError, FieldProblem
+from shared.errors import FieldProblem
 from shared.settings import Settings
-from worker.named_registry import NamedRegistry
 from worker.providers.limiter import Limiter
-from worker.providers.transport import TransportPolicy
+from worker.providers.named_registry import Entries, NamedRegistry
+from worker.providers.outbound import TransportPolicy
 from worker.runtimes.chat import ChatConfig, ChatRuntime
 
-__all__ = ["BUILT_IN_RUNTIMES", "RuntimeRegistry"]
+__all__ = ["BUILT_IN_RUNTIMES", "FAUX_RUNTIME_ABSENT", "RuntimeRegistry"]
 
 BUILT_IN_RUNTIMES = ("faux", "openrouter", "openai")
-
-
-def _faux_transport(settings: Settings) -> httpx.AsyncBaseTransport:
-    # Imported only when the in-process faux is wanted: a production worker never loads it.
-    from worker.faux import FauxBehaviour, FauxProvider
-
-    return FauxProvider(FauxBehaviour(latency_ms=settings.faux_latency_ms)).transport()
+FAUX_RUNTIME_ABSENT = (
+    "the fake chat runtime, not loaded in this worker; point DECISIONS_FAUX_URL at a "
+    "`decisions faux serve` (or set DECISIONS_FAUX_IN_PROCESS=1 in tests), or name a real "
+    "runtime (DECISIONS_DEFAULT_RUNTIME for menu jobs that name none)"
+)
 
 
 class RuntimeRegistry(NamedRegistry[ChatRuntime]):
     noun = "runtime"
+    hosts_setting = "chat_hosts"
+    faux_absent = FAUX_RUNTIME_ABSENT
 
     @classmethod
-    def from_settings(
-        cls,
-        settings: Settings,
-        *,
-        http: httpx.AsyncClient | None = None,
-        faux_transport: httpx.AsyncBaseTransport | None = None,
-        limiter: Limiter | None = None,
-    ) -> RuntimeRegistry:
-        owned: list[httpx.AsyncClient] = []
-        if http is None:
-            http = httpx.AsyncClient()
-            owned.append(http)
-        policy = TransportPolicy(
-            timeout_s=settings.provider_timeout_s, max_attempts=settings.max_transport_attempts
-        )
-        if settings.faux_url and faux_transport is None:
-            faux_http = http
-        else:
-            faux_http = httpx.AsyncClient(transport=faux_transport or _faux_transport(settings))
-            owned.append(faux_http)
-
+    def entries(
+        cls, settings: Settings, policy: TransportPolicy, limiter: Limiter | None
+    ) -> Entries[ChatRuntime]:
         def runtime(config: ChatConfig, client: httpx.AsyncClient) -> ChatRuntime:
             return ChatRuntime(config, http=client, policy=policy, limiter=limiter)
 
-        runtimes = {
-            "faux": runtime(ChatConfig.faux(settings), faux_http),
-            "openrouter": runtime(ChatConfig.openrouter(settings), http),
-            "openai": runtime(ChatConfig.openai(settings), http),
-        }
-        for name, host in settings.chat_hosts.items():
-            if name in runtimes:
-                raise ConfigurationError(
-                    f"chat_hosts: {name!r} is a built-in runtime; choose another name"
-                )
-            runtimes[name] = runtime(ChatConfig.host(name, host), http)
-        return cls(runtimes, default_name=settings.default_runtime, owned_clients=tuple(owned))
+        return Entries(
+            faux=lambda client: runtime(ChatConfig.faux(settings), client),
+            built_in=lambda http: {
+                "openrouter": runtime(ChatConfig.openrouter(settings), http),
+                "openai": runtime(ChatConfig.openai(settings), http),
+            },
+            hosts=settings.chat_hosts,
+            host=lambda name, host, http: runtime(ChatConfig.host(name, host), http),
+            default_name=settings.default_runtime,
+        )
 
     def check(self, provider: str | None, model: str | None) -> list[FieldProblem]:
         """What is wrong with a menu job's ``runtime`` (pure, no I/O), by field."""
         name = provider or self.default_name
         runtime = self._items.get(name)
         if runtime is None:
-            return [
-                FieldProblem(
-                    "runtime.provider",
-                    f"unknown runtime {name!r}; known: {', '.join(self.names())}",
-                )
-            ]
+            return [FieldProblem("runtime.provider", self.unknown(name))]
         problem = runtime.model_problem(model)
         return [FieldProblem("runtime.model", problem)] if problem else []
 

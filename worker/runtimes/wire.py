@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from shared.menus import ModelReply, ToolCall
-from worker.providers.transport import ErrorDetails
+from worker.providers.outbound import ErrorDetails
 
 __all__ = [
     "ResponseInvalid",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from worker.testing.faux import (
+    from worker.testing.handles import (
         FauxBehaviourControl,
         FauxCounts,
         FauxHandle,
@@ -34,11 +34,11 @@ __all__ = [
 
 _HOMES = {
     "DecisionsWorker": "worker.testing.harness",
-    "FauxBehaviourControl": "worker.testing.faux",
-    "FauxCounts": "worker.testing.faux",
-    "FauxHandle": "worker.testing.faux",
-    "LiveCounts": "worker.testing.faux",
-    "RequestCounts": "worker.testing.faux",
+    "FauxBehaviourControl": "worker.testing.handles",
+    "FauxCounts": "worker.testing.handles",
+    "FauxHandle": "worker.testing.handles",
+    "LiveCounts": "worker.testing.handles",
+    "RequestCounts": "worker.testing.handles",
     "ReplyStream": "worker.testing.streams",
 }
 

@@ -21,11 +21,11 @@ from celery import Celery, signals
 from shared.client import Client
 from shared.replies import TERMINAL_TYPES, Reply, parse_reply
 from shared.settings import Settings
-from worker import context
 from worker.app import create_app
+from worker.delivery.sinks import MemorySink
 from worker.embedded import MEMORY_POLLING_INTERVAL_S, EmbeddedWorker, embedded_settings
 from worker.ledger import Ledger
-from worker.sinks import MemorySink
+from worker.process import context
 
 __all__ = ["DEFAULT_REPLY_TO", "DecisionsWorker", "NotifyingSink"]
 
@@ -48,10 +48,12 @@ class NotifyingSink(MemorySink):
         message_json: str,
         escalation: bool,
         marker: str | None = None,
+        audit_json: str | None = None,
     ) -> bool:
         added = super().publish(
             stream=stream, job_id=job_id, message_type=message_type,
             message_json=message_json, escalation=escalation, marker=marker,
+            audit_json=audit_json,
         )
         with self.changed:
             self.changed.notify_all()
@@ -65,7 +67,7 @@ def _job_id(raw: Any) -> str | None:
 
 class DecisionsWorker:
     """A started in-process worker; use as a context manager (the fixture does). One at a
-    time in a process: the worker context (``worker.context``) is the process's."""
+    time in a process: the worker context (``worker.process.context``) is the process's."""
 
     _running: ClassVar[DecisionsWorker | None] = None
 

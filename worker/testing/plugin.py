@@ -40,7 +40,7 @@ import pytest
 
 if TYPE_CHECKING:
     from shared.settings import Settings
-    from worker.testing.faux import FauxBehaviourControl, FauxHandle, RequestCounts
+    from worker.testing.handles import FauxBehaviourControl, FauxHandle, RequestCounts
     from worker.testing.harness import DecisionsWorker
     from worker.testing.streams import ReplyStream
 
@@ -142,8 +142,8 @@ def _replay_dir(request: pytest.FixtureRequest) -> Path | None:
 def faux_server(request: pytest.FixtureRequest, decisions_live: bool) -> Iterator[FauxHandle]:
     """A faux decision API on a free loopback port, for this test alone (it replays unless
     the test runs live: a live run is what makes recordings)."""
-    from worker.faux import FauxProvider, FauxServer
-    from worker.testing.faux import FauxHandle
+    from worker.testing.faux import FauxProvider, FauxServer
+    from worker.testing.handles import FauxHandle
 
     replay = None if decisions_live else _replay_dir(request)
     if replay is not None and not replay.is_dir():
@@ -170,8 +170,8 @@ def faux_counts(faux_server: FauxHandle, decisions_live: bool) -> Iterator[Reque
     if not decisions_live:
         yield faux_server.counts
         return
-    from worker.providers.recording import observing
-    from worker.testing.faux import LiveCounts
+    from worker.providers.observers import observing
+    from worker.testing.handles import LiveCounts
 
     with observing(LiveCounts()) as counts:
         yield counts
@@ -202,8 +202,8 @@ def decisions_settings(
     (``decisions record -- pytest --decisions-live``) keeps the real answers only.
     """
     from shared.settings import Settings
-    from worker.providers.recording import recording_paused
-    from worker.testing.faux import provider_urls
+    from worker.providers.observers import recording_paused
+    from worker.testing.handles import provider_urls
     from worker.testing.live import PLACEHOLDER_KEY, key_variables
 
     base = Settings()

@@ -12,7 +12,7 @@ from shared.replies import (
     ResultMessage,
     parse_reply,
 )
-from worker.sinks import MemorySink
+from worker.delivery.sinks import MemorySink
 
 __all__ = ["ReplyStream"]
 

@@ -1,0 +1,176 @@
+"""The intake record: every job a producer queued, kept in Redis until a worker has taken it.
+
+kombu's Redis transport takes a message off the queue (``BRPOP``) and records it as
+unacknowledged in a second round trip: a worker killed in between takes the message with it
+(celery/celery#4354, celery/kombu#305). No acknowledgement setting closes that window, and the
+ledger never saw the job, so nothing else knows it existed. Hence, with a Redis broker:
+
+- the producer (``shared.client``) records each job's intake *before* publishing its message:
+  the job's JSON as queued, the Celery task id of its message, and the submit time by Redis
+  ``TIME`` (one clock for every producer and worker), in one Lua call per message;
+- a worker forgets the records of a message's jobs once it ran them (``worker.recovery.intake``);
+- the workers' reaper republishes, after the visibility timeout, the jobs whose record is
+  older than that, that the ledger never saw and that the broker no longer holds (safe: the
+  ledger sends nothing twice).
+
+A record is keyed by (reply stream, job id), length-safe as a JSON pair, so the same id sent
+to two streams is two records. Records live in the Redis of the reply streams
+(``settings.redis_url``), which the worker requires to persist; with another broker
+(RabbitMQ acknowledges per message) nothing is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from shared import keys
+
+__all__ = [
+    "IntakeBook",
+    "IntakeCounts",
+    "IntakeRecord",
+    "intake_member",
+    "records_intake",
+]
+
+#: Record every (member, record) pair of ARGV at the server's own time; returns that time.
+_RECORD = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+for i = 1, #ARGV, 2 do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+  redis.call('ZADD', KEYS[1], now, ARGV[i])
+end
+return tostring(now)
+"""
+
+#: Take up to ARGV[2] records older than ARGV[1] s (server time): each is re-timed to now, so
+#: that another reaper does not take it too, and returned as member, record pairs after now.
+_TAKE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]),
+                       'LIMIT', 0, tonumber(ARGV[2]))
+local out = {tostring(now)}
+for _, member in ipairs(old) do
+  local record = redis.call('HGET', KEYS[2], member)
+  if record then
+    redis.call('ZADD', KEYS[1], now, member)
+    table.insert(out, member)
+    table.insert(out, record)
+  else
+    redis.call('ZREM', KEYS[1], member)
+  end
+end
+return out
+"""
+
+_REDIS_SCHEMES = ("redis://", "rediss://", "redis+socket://", "sentinel://")
+
+
+def records_intake(broker_url: str) -> bool:
+    """Whether jobs published to this broker get intake records (a Redis broker)."""
+    return broker_url.startswith(_REDIS_SCHEMES)
+
+
+def intake_member(reply_to: str | None, job_id: str) -> str:
+    """The record's key inside the intake hash and sorted set: (stream, id) as a JSON pair."""
+    return json.dumps([reply_to, job_id], ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class IntakeRecord:
+    """One job as queued: its (stream, id), its message's task id, how often it was re-sent."""
+
+    member: str
+    reply_to: str | None
+    job_id: str
+    message_id: str
+    attempts: int
+    job: dict[str, Any]
+
+    @staticmethod
+    def text(message_id: str, job_json: str, attempts: int = 0) -> str:
+        """The stored form; the job's JSON text goes in as it is (no second encoding)."""
+        return f'{{"message":{json.dumps(message_id)},"attempts":{attempts},"job":{job_json}}}'
+
+    @classmethod
+    def parse(cls, member: str, text: str) -> IntakeRecord:
+        reply_to, job_id = json.loads(member)
+        stored = json.loads(text)
+        return cls(
+            member=member,
+            reply_to=reply_to,
+            job_id=str(job_id),
+            message_id=str(stored["message"]),
+            attempts=int(stored.get("attempts", 0)),
+            job=stored["job"],
+        )
+
+
+@dataclass(frozen=True)
+class IntakeCounts:
+    """What ``decisions status`` shows: jobs queued that no worker has taken yet."""
+
+    #: Every job recorded and not yet taken (queued, in flight, or lost by the broker).
+    waiting: int
+    #: Of those, submitted longer ago than the visibility timeout: the broker may have lost
+    #: them; a worker's reaper republishes them unless the broker still holds them.
+    overdue: int
+    #: Age of the oldest record, in seconds (None: none).
+    oldest_s: float | None
+
+
+class IntakeBook:
+    """The intake records in one Redis (the reply streams')."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.redis = client
+        self._record = client.register_script(_RECORD)
+        self._take = client.register_script(_TAKE)
+
+    def record(self, entries: Sequence[tuple[str, str]], message_id: str) -> None:
+        """Record (member, job JSON) pairs of one message, before it is published."""
+        if not entries:
+            return
+        argv: list[str] = []
+        for member, job_json in entries:
+            argv += [member, IntakeRecord.text(message_id, job_json)]
+        self._record(keys=[keys.INTAKE_TIMES, keys.INTAKE_JOBS], args=argv)
+
+    def rewrite(self, record: IntakeRecord, message_id: str) -> None:
+        """Point a record at the message that re-sends it (its time was set when taken)."""
+        text = IntakeRecord.text(message_id, json.dumps(record.job), record.attempts + 1)
+        self.redis.hset(keys.INTAKE_JOBS, record.member, text)
+
+    def forget(self, members: Iterable[str]) -> None:
+        """Drop records: their jobs were taken by a worker (or given up)."""
+        listed = list(members)
+        if not listed:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrem(keys.INTAKE_TIMES, *listed)
+        pipe.hdel(keys.INTAKE_JOBS, *listed)
+        pipe.execute()
+
+    def take(self, older_than_s: float, limit: int) -> list[IntakeRecord]:
+        """Up to ``limit`` records older than ``older_than_s`` (Redis time), re-timed to now."""
+        answer = self._take(keys=[keys.INTAKE_TIMES, keys.INTAKE_JOBS], args=[older_than_s, limit])
+        pairs = [v.decode() if isinstance(v, bytes) else str(v) for v in answer[1:]]
+        return [IntakeRecord.parse(m, t) for m, t in zip(pairs[::2], pairs[1::2], strict=True)]
+
+    def counts(self, overdue_after_s: float) -> IntakeCounts:
+        seconds, micros = self.redis.time()
+        now = seconds + micros / 1e6
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zcard(keys.INTAKE_TIMES)
+        pipe.zcount(keys.INTAKE_TIMES, "-inf", now - overdue_after_s)
+        pipe.zrange(keys.INTAKE_TIMES, 0, 0, withscores=True)
+        waiting, overdue, oldest = pipe.execute()
+        oldest_s = max(0.0, now - float(oldest[0][1])) if oldest else None
+        return IntakeCounts(int(waiting), int(overdue), oldest_s)

@@ -1,0 +1,188 @@
+"""Labels: what a reviewer's answer says about the machine's answer it replaced or checked.
+
+A resolution of an escalation that carries machine answers yields one ``Label`` per
+question the machine answered (a value, not refused): the machine's answer with its
+probability of that answer and its confidence, the person's answer, and whether they agree.
+A menu escalation that carries the machine's pick (``context["pick"]``) yields one label,
+question ``pick``, comparing the options picked. Pure: ``shared.escalations`` computes the
+labels when it resolves and appends them, in the same Lua call, to the label stream
+(``keys.LABEL_STREAM``), from which a worker (or ``decisions calibration``) stores them in
+the ledger: a reviewer's process (a producer, the console) needs no ledger access.
+
+Audits (``audit_rate`` on a decide job): ``audited`` picks the jobs from a hash of the job
+id, so every delivery and every replay picks the same ones. An audit label's ``weight`` is
+``1 / audit_rate`` (it stands for that many results); an escalation's is 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.replies import Answer, EscalationMessage, Receipt
+
+__all__ = [
+    "AUDIT_REASON",
+    "PICK_QUESTION",
+    "Label",
+    "LabelSource",
+    "audit_weight",
+    "audited",
+    "encode",
+    "labels_of",
+]
+
+AUDIT_REASON: Final = "audit"
+PICK_QUESTION: Final = "pick"
+LabelSource = Literal["audit", "escalation"]
+_HASH_SPACE: Final = 2**64
+
+
+def audited(job_id: str, rate: float | None) -> bool:
+    """Whether a job with this id is audited at ``rate``: its id's SHA-256 (first 8 bytes, a
+    uniform number in [0, 1)) below the rate. The same answer on every machine and replay."""
+    if not rate:
+        return False
+    digest = hashlib.sha256(f"audit:{job_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / _HASH_SPACE < rate
+
+
+def audit_weight(rate: float | None) -> float:
+    return 1.0 / rate if rate else 1.0
+
+
+class Label(BaseModel):
+    """One labelled machine answer, as the label stream carries it and the ledger stores it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str
+    batch: str | None = None
+    question_id: str
+    question_type: str = Field(..., description="noul, choice, score or menu")
+    provider: str | None = None
+    model: str | None = Field(None, description="as the receipt names it")
+    machine_answer: Any = None
+    probability: float | None = Field(None, description="the machine's, of its own answer")
+    confidence: float | None = None
+    human_answer: Any = None
+    correct: bool
+    reviewer: str
+    source: LabelSource
+    reason: str
+    weight: float = 1.0
+
+
+def labels_of(
+    escalation: EscalationMessage, resolved: Any, reviewer: str
+) -> list[Label]:
+    """The labels a checked resolution (``shared.resolutions.check_resolution``'s answer)
+    yields: none when the escalation carries no machine answer."""
+    source: LabelSource = "audit" if escalation.reason == AUDIT_REASON else "escalation"
+    weight = audit_weight(escalation.context.get("audit_rate")) if source == "audit" else 1.0
+    common = {
+        "job_id": escalation.job_id,
+        "batch": escalation.batch,
+        "reviewer": reviewer,
+        "source": source,
+        "reason": escalation.reason,
+        "weight": weight,
+    }
+    if escalation.kind == "menu":
+        return _pick_label(escalation, resolved, common)
+    # A sift's or route's questions are per item or per route, not a question id that recurs
+    # across jobs: they are not labelled (yet).
+    if escalation.kind != "decide" or not isinstance(resolved, dict) or not escalation.answers:
+        return []
+    questions: dict[str, Any] = escalation.context.get("questions", {})
+    out = []
+    for qid, answer in sorted(escalation.answers.items()):
+        question = questions.get(qid)
+        if qid not in resolved or not isinstance(question, dict):
+            continue
+        machine = _machine_value(answer, question)
+        if machine is None:
+            continue
+        receipt = _receipt_for(escalation, qid)
+        human = resolved[qid]
+        out.append(
+            Label(
+                question_id=qid,
+                question_type=answer.type,
+                provider=receipt.provider if receipt else None,
+                model=receipt.model if receipt else None,
+                machine_answer=machine,
+                probability=answer.probability,
+                confidence=answer.confidence,
+                human_answer=human,
+                correct=_same(machine, human),
+                **common,
+            )
+        )
+    return out
+
+
+def _machine_value(answer: Answer, question: dict[str, Any]) -> Any:
+    """The machine's answer in the terms a reviewer answers in; None: it gave none."""
+    if answer.refused or answer.value is None:
+        return None
+    if answer.type == "score":
+        levels = list(question.get("criteria") or [])
+        return levels.index(answer.label) if answer.label in levels else None
+    return answer.value
+
+
+def _same(machine: Any, human: Any) -> bool:
+    # bool is an int: True must not equal a score of 1.
+    return type(machine) is type(human) and bool(machine == human)
+
+
+def _receipt_for(escalation: EscalationMessage, qid: str) -> Receipt | None:
+    """The receipt of the call that gave this answer: a sift item's own request, else the
+    decision (``decide``), else the first answered call."""
+    step = "decide"
+    for item in escalation.items or []:
+        if f"item.{item.index}" == qid and item.step:
+            step = item.step
+    answered = [r for r in escalation.receipts if r.status == "answered"]
+    for receipt in answered:
+        if receipt.step == step:
+            return receipt
+    return answered[0] if answered else None
+
+
+def _pick_label(
+    escalation: EscalationMessage, resolved: Any, common: dict[str, Any]
+) -> list[Label]:
+    pick = escalation.context.get("pick")
+    if not isinstance(pick, dict) or not isinstance(resolved, dict):
+        return []
+    machine, human = pick.get("call"), resolved.get("call")
+    if not isinstance(machine, str) or not isinstance(human, str):
+        return []
+    runtime = escalation.context.get("runtime") or {}
+    step = pick.get("step")
+    receipt = next(
+        (r for r in escalation.receipts if r.step == step), None
+    ) if step else None
+    return [
+        Label(
+            question_id=PICK_QUESTION,
+            question_type="menu",
+            provider=receipt.provider if receipt else runtime.get("provider"),
+            model=(receipt.model if receipt else None) or runtime.get("model"),
+            machine_answer=machine,
+            human_answer=human,
+            # The option is what is labelled: the same option with other arguments agrees.
+            correct=machine == human,
+            **common,
+        )
+    ]
+
+
+def encode(labels: list[Label]) -> str:
+    """The label stream entry's payload."""
+    return json.dumps([label.model_dump(mode="json") for label in labels], ensure_ascii=False)

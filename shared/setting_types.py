@@ -1,0 +1,104 @@
+"""The value types of ``shared.settings``: masked URLs, hosts, per-provider limits, users.
+
+A ``MaskedUrl`` is the full URL wherever a string is used (a connection) and shows no
+password in its repr; ``MaskedRepr`` masks every URL-looking string of a model's repr.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, Field
+
+from shared.scrub import mask_url
+
+__all__ = [
+    "ChatHost",
+    "ConsoleUser",
+    "MaskedRepr",
+    "MaskedUrl",
+    "OptionalUrl",
+    "ProviderLimit",
+    "SystemOneHost",
+    "Url",
+]
+
+
+class MaskedUrl(str):
+    """A URL that is itself as a string and shows no password in its repr."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return repr(mask_url(str(self)))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (MaskedUrl, (str(self),))
+
+
+def _masked_or_none(value: str | None) -> MaskedUrl | None:
+    return None if value is None else MaskedUrl(value)
+
+
+#: A URL field: validated as a string, kept as a ``MaskedUrl``.
+Url = Annotated[str, AfterValidator(MaskedUrl)]
+#: An optional one (the annotation stays ``str | None`` for the settings table).
+OptionalUrl = Annotated[str | None, AfterValidator(_masked_or_none)]
+
+
+class MaskedRepr(BaseModel):
+    """Every string that looks like a URL is masked in the repr, also one set without
+    validation (``model_copy(update=...)``, a default)."""
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            if isinstance(value, str) and "://" in value:
+                value = MaskedUrl(value)
+            yield name, value
+
+
+class SystemOneHost(MaskedRepr):
+    """A host of the System One contract, by base URL (``POST {base}/v1/systemone``)."""
+
+    model_config = {"hide_input_in_errors": True}
+
+    base_url: Url
+    key_env: str
+    default_model: str | None = None
+    models: list[str] = Field(default_factory=list, description="models served; empty = any")
+    #: USD per million input tokens, booked as an estimate when the host reports no cost.
+    price_per_mtok_usd: float | None = None
+    path: str = "/v1/systemone"
+    request_id_header: str | None = None
+
+
+class ChatHost(MaskedRepr):
+    """An OpenAI-compatible chat-completions host for menus (``POST {base}{path}``): vLLM, a
+    local server, any other by base URL. ``key_env`` unset: the host takes no key."""
+
+    model_config = {"hide_input_in_errors": True}
+
+    base_url: Url
+    key_env: str | None = None
+    default_model: str | None = None
+    models: list[str] = Field(default_factory=list, description="models served; empty = any")
+    path: str = "/v1/chat/completions"
+    #: Ask for usage accounting in the body (OpenRouter's ``usage: {include: true}``).
+    usage_include: bool = False
+
+
+class ProviderLimit(BaseModel):
+    """One provider's fleet-wide limits, shared by every worker through Redis."""
+
+    #: Requests in flight at once, over the whole fleet (unset: no limit).
+    max_in_flight: int | None = Field(None, ge=1)
+    #: Requests sent in any one-second window, over the whole fleet (unset: no limit).
+    per_second: int | None = Field(None, ge=1)
+
+
+class ConsoleUser(BaseModel):
+    """A reviewer console login: an Argon2 hash (``decisions console hash-password``), a role."""
+
+    password_hash: str
+    #: ``reviewer`` claims and answers escalations; ``read_only`` only looks.
+    role: Literal["reviewer", "read_only"] = "read_only"

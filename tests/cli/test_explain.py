@@ -1,0 +1,51 @@
+"""``worker.cli.errors.explain`` in process, for what the subprocess tests cannot provoke
+cheaply: a Redis timeout or refused login, a setting out of bounds, a bug."""
+
+from __future__ import annotations
+
+import pytest
+import redis.exceptions
+from pydantic import ValidationError
+
+from shared.settings import Settings, get_settings
+from worker.cli.errors import RUNTIME, USAGE, explain
+
+
+@pytest.fixture(autouse=True)
+def _fresh_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("DECISIONS_REDIS_URL", "DECISIONS_BROKER_URL"):
+        monkeypatch.delenv(name, raising=False)
+    get_settings.cache_clear()
+
+
+def test_a_redis_timeout_names_the_settings_of_that_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DECISIONS_REDIS_URL", "redis://:pw-canary@10.1.2.3:6380/0")
+    got = explain(redis.exceptions.TimeoutError("Timeout connecting to 10.1.2.3:6380."))
+    assert got.exit_code == RUNTIME
+    assert "DECISIONS_REDIS_URL=redis://:***@10.1.2.3:6380/0" in got.problem
+    assert "DECISIONS_BROKER_URL" not in got.problem  # another server
+    assert "pw-canary" not in " ".join(got.lines())
+
+
+def test_a_refused_redis_login_is_configuration() -> None:
+    got = explain(redis.exceptions.AuthenticationError("invalid username-password pair"))
+    assert got.exit_code == USAGE
+    assert "password" in (got.fix or "")
+
+
+def test_a_setting_out_of_bounds_is_named_by_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DECISIONS_CONSOLE_SESSION_MAX_AGE_S", "5")
+    with pytest.raises(ValidationError) as caught:
+        Settings()
+    got = explain(caught.value)
+    assert got.problem.startswith("DECISIONS_CONSOLE_SESSION_MAX_AGE_S='5':")
+    assert got.exit_code == USAGE
+
+
+def test_a_bug_is_reported_as_one_and_points_at_debug() -> None:
+    got = explain(ZeroDivisionError("division by zero"))
+    assert got.exit_code == RUNTIME
+    assert got.problem == "unexpected error: ZeroDivisionError: division by zero"
+    assert "--debug" in (got.fix or "") and len(got.lines()) == 2

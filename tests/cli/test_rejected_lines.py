@@ -1,0 +1,117 @@
+"""Rejected lines through the real ``decisions submit``: 1-based line numbers, the id their
+rejected message carries in the stream, reasons a person understands; every job rejected is
+a failure, not "every job has replied ()" (issue 17, item 5)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from shared import keys
+from tests.cli.support import decisions, traceback_in
+from tests.support.services import redis_database, redis_url
+
+REDIS_DB = 9
+REPLY_TO = "truth-lines:replies"
+GOOD_QUESTIONS = {"q": {"type": "noul", "instructions": "Is it urgent?"}}
+
+LINES = [
+    b'\xef\xbb\xbf{"id": "bom", "state": "x"}',  # 1
+    b'[{"id": "in-an-array"}]',  # 2
+    b'"just a string"',  # 3
+    b"{",  # 4: pretty-printed
+    b'  "id": "spread"',  # 5
+    b"}",  # 6
+    json.dumps({"id": "no-type", "state": "x", "questions": {"q": {"instructions": "?"}}}).encode(),
+    b"not json at all",  # 8
+]
+
+
+def test_rejected_lines_are_named_alike_on_the_terminal_and_in_the_stream(tmp_path: Path) -> None:
+    batch = tmp_path / "bad.jsonl"
+    batch.write_bytes(b"\n".join(LINES) + b"\n")
+    with redis_database(REDIS_DB) as r:
+        url = redis_url(REDIS_DB)
+        done = decisions(
+            "submit", str(batch), "--reply-to", REPLY_TO, "--wait", "--timeout", "5",
+            cwd=tmp_path, redis_url=url, broker_url=url,
+        )  # fmt: skip
+        stream_ids = {
+            fields[b"job_id"].decode()
+            for _, fields in r.xrange(keys.reply_stream(REPLY_TO))
+            if fields.get(b"type") == b"rejected"
+        }
+    assert traceback_in(done.output) is None
+    assert done.code == 1, done.output
+    assert "every job has replied" not in done.output
+    assert "every job was rejected (8)" in done.stderr
+    ids = dict(re.findall(r"rejected line (\d+):.*\[stream id ([^]]+)\]", done.stderr))
+    for job_id, n in re.findall(r"rejected (\S+) \(line (\d+)\)", done.stderr):
+        ids[n] = job_id
+    assert sorted(ids, key=int) == [str(n) for n in range(1, 9)]
+    assert set(ids.values()) == stream_ids
+    reasons = dict(
+        re.findall(r"rejected line (\d+): (.*?)(?: \[stream id [^]]+\])?$", done.stderr, re.M)
+    )
+    reasons.update(
+        {n: why for _, n, why in re.findall(r"rejected (\S+) \(line (\d+)\): (.*)", done.stderr)}
+    )
+    assert "byte order mark" in reasons["1"]
+    assert reasons["2"] == "a JSON array; put one job object per line"
+    assert reasons["3"].startswith("a JSON string, not a job object")
+    for n in ("4", "5", "6"):
+        assert "spread over several lines" in reasons[n]
+    assert ids["7"] == "no-type"
+    assert "discriminator" not in reasons["7"] and '"type"' in reasons["7"]
+
+
+def test_a_dry_run_names_rejected_lines_as_submit_does(tmp_path: Path) -> None:
+    batch = tmp_path / "bad.jsonl"
+    batch.write_bytes(b"\n".join(LINES) + b"\n")
+    with redis_database(REDIS_DB):
+        url = redis_url(REDIS_DB)
+        done = decisions(
+            "submit", str(batch), "--reply-to", REPLY_TO, "--dry-run",
+            cwd=tmp_path, redis_url=url, broker_url=url,
+        )  # fmt: skip
+    assert traceback_in(done.output) is None
+    assert "line-" not in done.output
+    said = " ".join(done.stderr.split())
+    assert "rejected line 1: (body): starts with a byte order mark" in said
+    assert "rejected line 8: (body): not JSON" in said
+    assert "rejected no-type (line 7): questions.q" in said
+
+
+def test_lines_rejected_at_submit_are_counted_in_the_batchs_status(tmp_path: Path) -> None:
+    """``ledger status --batch`` counts the lines ``submit`` refused (never queued, so never
+    in the ledger) beside its jobs, the totals adding up; the same bad line submitted twice
+    counts once (issue 17)."""
+    bad = [
+        {"id": "s-bad-1", "batch": "counted", "state": "x", "questions": {"q": {"type": "?"}}},
+        {"id": "s-bad-2", "batch": "counted", "state": "", "questions": GOOD_QUESTIONS},
+        {"id": "s-other", "batch": "elsewhere", "state": "", "questions": GOOD_QUESTIONS},
+    ]
+    batch = tmp_path / "bad.jsonl"
+    batch.write_text("".join(json.dumps(line) + "\n" for line in bad))
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with redis_database(REDIS_DB):
+        url = redis_url(REDIS_DB)
+        settings = {"redis_url": url, "broker_url": url, "ledger_url": ledger_url}
+        assert decisions("migrate", cwd=tmp_path, **settings).code == 0
+        for _ in range(2):
+            done = decisions("submit", str(batch), "--reply-to", REPLY_TO, cwd=tmp_path, **settings)
+            assert done.code == 0 and "rejected 3" in done.stdout, done.output
+        shown = decisions(
+            "ledger", "status", "--batch", "counted", "--json", cwd=tmp_path, **settings
+        )
+        table = decisions(
+            "ledger", "status", "--batch", "counted", cwd=tmp_path, env={"COLUMNS": "80"},
+            **settings,
+        )  # fmt: skip
+    assert shown.code == 0, shown.output
+    body = json.loads(shown.stdout)
+    assert (body["jobs_total"], body["rejected_at_submit"], body["lines_submitted"]) == (0, 2, 2)
+    assert table.code == 0, table.output
+    assert re.search(r"rejected at submit\s*│\s*2\b", table.stdout), table.stdout
+    assert re.search(r"lines submitted\s*│\s*2\b", table.stdout), table.stdout

@@ -1,0 +1,88 @@
+"""`decisions console add-user`: prompts for the password, writes the logins file the console
+reads (owner-only), changes a login in place, and says what is wrong in one line."""
+
+from __future__ import annotations
+
+import json
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from argon2 import PasswordHasher
+from typer.testing import CliRunner
+
+from shared.settings import get_settings
+from worker.cli import app
+from worker.console import Users
+
+
+@pytest.fixture
+def typed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """What the person types at each password prompt, in order."""
+    answers: list[str] = []
+    monkeypatch.setattr("getpass.getpass", lambda prompt="": answers.pop(0))
+    yield answers
+
+
+def add_user(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["console", "add-user", *args])
+    return result.exit_code, result.output
+
+
+def test_add_user_writes_a_login_the_console_accepts(tmp_path: Path, typed: list[str]) -> None:
+    users = tmp_path / "users.json"
+    typed += ["s3cret-pass", "s3cret-pass"]
+    code, out = add_user("dana", "--role", "reviewer", "--file", str(users))
+    assert code == 0, out
+    assert "added dana (reviewer)" in out
+    saved = json.loads(users.read_text())
+    assert saved["dana"]["role"] == "reviewer"
+    assert PasswordHasher().verify(saved["dana"]["password_hash"], "s3cret-pass")
+    assert "s3cret-pass" not in users.read_text()
+    assert stat.S_IMODE(users.stat().st_mode) == 0o600
+    login = Users({}, users).authenticate("dana", "s3cret-pass")
+    assert login is not None and login.can_review
+
+    # The same name again changes its password (and role) in place; others stay.
+    typed += ["other-pass", "other-pass"]
+    assert add_user("erik", "--file", str(users))[0] == 0
+    typed += ["new-pass", "new-pass"]
+    code, out = add_user("dana", "--role", "read_only", "--file", str(users))
+    assert code == 0 and "updated dana (read_only)" in out
+    users_now = Users({}, users)
+    assert users_now.authenticate("dana", "s3cret-pass") is None
+    changed = users_now.authenticate("dana", "new-pass")
+    assert changed is not None and not changed.can_review
+    assert users_now.authenticate("erik", "other-pass") is not None
+
+
+def test_add_user_refuses_mistakes_in_one_line(tmp_path: Path, typed: list[str]) -> None:
+    users = tmp_path / "users.json"
+    typed += ["one", "two"]
+    code, out = add_user("dana", "--file", str(users))
+    assert code == 2 and "the two passwords differ" in out and not users.exists()
+    code, out = add_user("dana", "--role", "admin", "--file", str(users))
+    assert code == 2 and "reviewer or read_only" in out
+    code, out = add_user("queue", "--file", str(users))
+    assert code == 2 and "reserved" in out
+    # A path longer than a line: named whole (rich once folded it at 80 columns).
+    users = tmp_path / ("a-folder-with-a-long-name-" * 4) / "users.json"
+    users.parent.mkdir()
+    users.write_text("{not json")
+    typed += ["pw", "pw"]
+    code, out = add_user("dana", "--file", str(users))
+    assert code == 2 and str(users) in out and "Traceback" not in out
+
+
+def test_add_user_writes_where_the_console_reads_by_default(
+    tmp_path: Path, typed: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DECISIONS_CONSOLE_USERS_FILE", str(tmp_path / "from-settings.json"))
+    get_settings.cache_clear()
+    try:
+        typed += ["pw-1", "pw-1"]
+        assert add_user("dana")[0] == 0
+        assert "dana" in json.loads((tmp_path / "from-settings.json").read_text())
+    finally:
+        get_settings.cache_clear()

@@ -1,0 +1,207 @@
+"""Durable streams (#15 defect 10): a worker refuses a streams Redis without persistence
+unless told to accept the risk, and ``decisions ledger republish`` writes a stream that lost
+its entries again from the ledger, each message at most once.
+
+Each test runs a redis-server of its own: one without persistence is restarted empty, as
+a cache-like Redis is after a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import fakeredis
+import pytest
+import redis
+import sqlalchemy as sa
+
+from shared import keys
+from shared.client import Client
+from shared.errors import ConfigurationError
+from shared.escalations import EscalationQueue
+from shared.settings import Settings
+from shared.streams import read_entries, read_stream
+from tests.support.ownservers import OwnRedis, own_redis
+from tests.support.processes import DECISIONS, decisions_env, worker_process
+from tests.support.services import free_port, postgres_schema
+from worker.ledger import Ledger
+from worker.ledger.models import jobs
+from worker.process import durability
+from worker.process.durability import check_streams_durable, persistence_of
+from worker.recovery.republish import republish_stream, stored_messages
+
+pytestmark = pytest.mark.integration
+
+STREAM = "durable:replies"
+
+
+@pytest.fixture
+def volatile() -> Iterator[OwnRedis]:
+    with own_redis(persist=False) as server:
+        yield server
+
+
+def settings_for(server: OwnRedis, ledger_url: str = "sqlite://", **more: Any) -> Settings:
+    url = server.url()
+    return Settings(broker_url=url, redis_url=url, ledger_url=ledger_url, **more)
+
+
+def test_a_redis_without_persistence_is_refused_naming_it_and_the_fix(volatile: OwnRedis) -> None:
+    problem = check_streams_durable(settings_for(volatile))
+    assert problem is not None
+    assert f"127.0.0.1:{volatile.port}/0" in problem
+    assert "appendonly no" in problem and "DECISIONS_ACCEPT_VOLATILE_STREAMS=1" in problem
+    assert check_streams_durable(settings_for(volatile, accept_volatile_streams=True)) is None
+
+
+def test_aof_is_persistence() -> None:
+    with own_redis() as server:
+        assert check_streams_durable(settings_for(server)) is None
+
+
+@pytest.mark.parametrize("persist", [False, True])
+def test_a_managed_redis_without_config_is_judged_by_info(persist: bool) -> None:
+    with own_redis(persist=persist, extra=("--rename-command", "CONFIG", "")) as server:
+        found = persistence_of(redis.Redis.from_url(server.url()))
+        assert found.durable is persist
+        assert "CONFIG refused" in found.evidence
+
+
+def test_a_redis_that_says_nothing_is_refused_naming_the_fix() -> None:
+    acl = ("--user", "default", "on", "nopass", "~*", "&*", "+@all", "-config", "-info")
+    with own_redis(persist=True, extra=acl) as server:
+        problem = check_streams_durable(settings_for(server))
+    assert problem is not None and "cannot tell" in problem and "Allow INFO" in problem
+
+
+def test_a_redis_that_does_not_answer_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(durability, "REACH_TIMEOUT_S", 0.5)
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    with pytest.raises(ConfigurationError, match=f"127.0.0.1:{port}/0 .* did not answer"):
+        check_streams_durable(Settings(redis_url=url, broker_url=url))
+
+
+def test_a_worker_refuses_to_start_on_volatile_streams(volatile: OwnRedis, tmp_path: Path) -> None:
+    env = decisions_env(
+        broker_url=volatile.url(),
+        redis_url=volatile.url(),
+        ledger_url=f"sqlite:///{tmp_path / 'ledger.db'}",
+        accept_volatile_streams="0",
+    )
+    done = subprocess.run(
+        [DECISIONS, "worker", "--migrate"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = [line for line in done.stderr.splitlines() if "refusing" in line]
+    assert len(lines) == 1 and "does not persist" in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def job(i: int, *, escalate: bool) -> dict[str, Any]:
+    question: dict[str, Any] = {"type": "noul", "instructions": "Urgent?"}
+    if escalate:
+        question["escalate_below"] = 1.0  # no made-up answer is that sure: low_confidence
+    return {
+        "id": f"d-{i}",
+        "kind": "decide",
+        "state": f"ticket {i}: my invoice is wrong",
+        "questions": {"urgent": question},
+    }
+
+
+def test_republish_rewrites_what_a_restart_without_persistence_lost(
+    volatile: OwnRedis, tmp_path: Path
+) -> None:
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    env = decisions_env(broker_url=volatile.url(), redis_url=volatile.url(), ledger_url=ledger_url)
+    settings = settings_for(volatile, ledger_url)
+    r = redis.Redis.from_url(volatile.url())
+    jobs = [job(i, escalate=i < 2) for i in range(6)]
+    with worker_process(env, "--migrate", log=tmp_path / "worker.log"):
+        client = Client(settings, redis_client=r)
+        report = client.submit_batch(jobs, reply_to=STREAM)
+        replies = list(client.replies(STREAM, job_ids=report.job_ids, timeout_s=120))
+    kinds = {reply.job_id: reply.type for reply in replies}
+    assert kinds == {f"d-{i}": "escalation" if i < 2 else "result" for i in range(6)}
+    volatile.kill()
+    volatile.start()  # empty: every reply and escalation is gone
+    assert list(read_stream(r, STREAM)) == []
+
+    def republish(*args: str) -> str:
+        done = subprocess.run(
+            [DECISIONS, "ledger", "republish", "--stream", STREAM, *args],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        return " ".join(done.stdout.split())
+
+    assert "wrote 0 message(s)" in republish("--since", "2099-01-01T00:00")
+    out = republish("--since", "1h")
+    assert "6 finished job(s)" in out and "wrote 6 message(s)" in out
+    assert "2 escalation(s)" in out
+    assert "wrote 0 message(s)" in republish(), "a second run wrote again"
+    entries = list(read_stream(r, STREAM))
+    assert sorted(e.job_id for e in entries) == sorted(kinds)
+    assert {e.job_id: e.type for e in entries} == kinds
+    escalated = [e.job_id for e in read_entries(r, keys.ESCALATION_STREAM)]
+    assert sorted(escalated) == ["d-0", "d-1"]
+    # The reviewers' queue has them again, and a resolution reaches the stream.
+    queue = EscalationQueue(r)
+    item = queue.claim("ann")
+    assert item is not None
+    queue.resolve(item.entry_id, "ann", {"urgent": True})
+    assert "0 escalation(s)" in republish()
+    assert len(list(read_entries(r, keys.ESCALATION_STREAM))) == 2
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ledger]:
+    if request.param == "sqlite":
+        with Ledger(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
+            ledger.migrate()
+            yield ledger
+        return
+    with postgres_schema("republish") as url, Ledger(url) as ledger:
+        ledger.migrate()
+        yield ledger
+
+
+def test_republish_pages_through_the_ledger_in_order_and_since(ledger: Ledger) -> None:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = []
+    for i in range(7):
+        rows.append(  # two jobs finished at each moment: the page key is (time, id)
+            {
+                "job_id": f"p-{i}",
+                "kind": "decide",
+                "batch": None,
+                "reply_to": "pages" if i != 3 else "elsewhere",
+                "fingerprint": "f",
+                "deadline": start,
+                "job_json": "{}",
+                "created_at": start,
+                "terminal_type": "escalation" if i == 5 else "result",
+                "terminal_reason": None,
+                "terminal_message": json.dumps({"job_id": f"p-{i}"}),
+                "finished_at": start + timedelta(seconds=i // 2),
+                "published_at": start,
+            }
+        )
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.insert(jobs), rows)
+    pages = list(stored_messages(ledger, "pages", page=2))
+    assert [len(p) for p in pages] == [2, 2, 2]
+    assert [p.job_id for page in pages for p in page] == ["p-0", "p-1", "p-2", "p-4", "p-5", "p-6"]
+    assert [p.escalation for page in pages for p in page] == [False] * 4 + [True, False]
+    since = list(stored_messages(ledger, "pages", since=start + timedelta(seconds=2)))
+    assert [p.job_id for page in since for p in page] == ["p-4", "p-5", "p-6"]
+    r = fakeredis.FakeRedis()
+    report = republish_stream(ledger, r, "pages")
+    assert (report.jobs, report.replies, report.escalations) == (6, 6, 1)
+    assert republish_stream(ledger, r, "pages").replies == 0

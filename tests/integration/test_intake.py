@@ -1,0 +1,125 @@
+"""Intake records on a real Redis (``shared.intake``, ``worker.recovery.intake``): what the client
+records before publishing, how a reaper takes them (once, however many reapers), what it
+finds the broker holding, and what it republishes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared import keys
+from shared.client import Client
+from shared.intake import IntakeBook, intake_member
+from shared.settings import Settings
+from tests.support.fleet import decide_job
+from tests.support.services import redis_database, redis_url
+from worker.ledger import Ledger
+from worker.recovery.intake import forget_ran, held_message_ids, recover_intake
+
+pytestmark = pytest.mark.integration
+
+REDIS_DB = 4
+
+
+def settings_for(tmp_path: Path) -> Settings:
+    return Settings(
+        _env_file=None,
+        broker_url=redis_url(REDIS_DB),
+        redis_url=redis_url(REDIS_DB),
+        ledger_url=f"sqlite:///{tmp_path / 'ledger.db'}",
+    )
+
+
+def test_the_client_records_intake_before_publishing_and_a_worker_forgets_it(
+    tmp_path: Path,
+) -> None:
+    with redis_database(REDIS_DB) as r:
+        client = Client(settings_for(tmp_path), redis_client=r)
+        jobs = [decide_job(f"in-{i}") for i in range(3)]
+        report = client.submit_batch(jobs, reply_to="in:replies", chunk_size=2)
+        assert report.messages == 2 and report.latest_deadline is not None
+        members = [intake_member("in:replies", f"in-{i}") for i in range(3)]
+        stored = r.hmget(keys.INTAKE_JOBS, members)
+        records = [json.loads(text) for text in stored]
+        assert [rec["job"]["id"] for rec in records] == ["in-0", "in-1", "in-2"]
+        # Each names its message: the broker holds exactly those two.
+        held = held_message_ids(r, stale_after_s=60)
+        assert held == {rec["message"] for rec in records}
+        assert r.zcard(keys.INTAKE_TIMES) == 3
+        seconds, _ = r.time()
+        assert all(
+            abs(score - seconds) < 5
+            for _, score in r.zrange(keys.INTAKE_TIMES, 0, -1, withscores=True)
+        )
+        book = IntakeBook(r)
+        forget_ran(book, [{**jobs[0], "reply_to": "in:replies"}, {"not": "a job"}])
+        assert r.zcard(keys.INTAKE_TIMES) == 2 and not r.hexists(keys.INTAKE_JOBS, members[0])
+
+
+def test_a_record_is_taken_by_one_reaper_and_only_when_old_enough(tmp_path: Path) -> None:
+    with redis_database(REDIS_DB) as r:
+        book = IntakeBook(r)
+        book.record([(intake_member("s", "j1"), '{"id": "j1"}')], "m-1")
+        assert book.take(older_than_s=60, limit=10) == []
+        time.sleep(1.1)
+        first = book.take(older_than_s=1, limit=10)
+        assert [rec.job_id for rec in first] == ["j1"] and first[0].message_id == "m-1"
+        assert book.take(older_than_s=1, limit=10) == []  # re-timed: another reaper skips it
+
+
+def test_recovery_republishes_only_what_neither_the_ledger_nor_the_broker_has(
+    tmp_path: Path,
+) -> None:
+    with redis_database(REDIS_DB) as r:
+        settings = settings_for(tmp_path)
+        ledger = Ledger(settings.ledger_url)
+        ledger.migrate()
+        client = Client(settings, redis_client=r)
+        jobs = [decide_job(f"rc-{i}") for i in range(4)]
+        client.submit_batch(jobs, reply_to="rc:replies", chunk_size=1)  # four messages
+        r.rpop(keys.CELERY_QUEUE)  # rc-0's message: lost in a pop window
+        r.rpop(keys.CELERY_QUEUE)  # rc-1's: popped, but a worker finished the job
+        ledger.open_job(
+            job_id="rc-1",
+            kind="decide",
+            batch=None,
+            reply_to="rc:replies",
+            fingerprint="f",
+            deadline=datetime.now(UTC) + timedelta(seconds=60),
+            job_json="{}",
+        )
+        ledger.finish_job(job_id="rc-1", message_type="result", reason=None, message_json="{}")
+        # rc-2's and rc-3's messages were delivered, not acknowledged: rc-3's just now, rc-2's
+        # long ago (kombu's sweep, its mutex held by a killed worker, never put it back).
+        time.sleep(1.1)  # every record is older than the 1 s the round is given below
+        seconds, micros = r.time()
+        for tag, age_s in (("tag-2", 100), ("tag-3", 0)):
+            raw = r.rpop(keys.CELERY_QUEUE)
+            assert raw is not None
+            r.hset("unacked", tag, json.dumps([json.loads(raw), "", keys.CELERY_QUEUE]))
+            r.zadd("unacked_index", {tag: seconds + micros / 1e6 - age_s})
+        published: list[tuple[list[dict[str, Any]], str]] = []
+        done = asyncio.run(
+            recover_intake(
+                ledger,
+                IntakeBook(r),
+                r,
+                lambda jobs, message_id: published.append((jobs, message_id)),
+                older_than_s=1,
+                chunk_size=10,
+            )
+        )
+        assert (done.taken, done.finished, done.held, done.republished) == (4, 1, 1, 2)
+        [(sent, message_id)] = published
+        assert sorted(job["id"] for job in sent) == ["rc-0", "rc-2"]
+        # The record now names the new message; the finished one is gone.
+        record = json.loads(r.hget(keys.INTAKE_JOBS, intake_member("rc:replies", "rc-0")))
+        assert record["message"] == message_id and record["attempts"] == 1
+        assert not r.hexists(keys.INTAKE_JOBS, intake_member("rc:replies", "rc-1"))
+        ledger.dispose()

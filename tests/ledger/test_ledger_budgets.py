@@ -1,0 +1,393 @@
+"""Budgets in the ledger: the worst case reserved in the claim's transaction, settled after.
+
+Every test runs on SQLite and PostgreSQL. The race test claims from several threads (each
+its own connection) against one small budget: the sum committed never passes the limit, and
+exactly as many claims win as the budget admits.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from worker.ledger import (
+    BudgetAsk,
+    CallOutcome,
+    Claim,
+    JobRow,
+    Ledger,
+    MemberClaim,
+    OverBudget,
+)
+from worker.ledger.budget_ops import day_scope
+
+
+def later(seconds: float = 150.0) -> datetime:
+    return datetime.now(UTC) + timedelta(seconds=seconds)
+
+
+def claim(
+    ledger: Ledger,
+    job_id: str,
+    worst: float | None,
+    *,
+    batch: str = "b",
+    budget: float | None = None,
+    step: str = "decide",
+    ceiling: float | None = None,
+    provider: str = "faux",
+) -> Claim:
+    return ledger.claim(
+        job_id=job_id,
+        step=step,
+        provider=provider,
+        model="faux-1",
+        request_sha256="sha",
+        lease_expires=later(),
+        budget=BudgetAsk(
+            worst_usd=worst, batch=batch, batch_budget_usd=budget, daily_ceiling_usd=ceiling
+        ),
+    )
+
+
+def outcome(status: str, cost: float | None, basis: str | None = None) -> CallOutcome:
+    return CallOutcome(step="decide", status=status, cost_usd=cost, cost_basis=basis)  # type: ignore[arg-type]
+
+
+def committed(ledger: Ledger, batch: str = "b") -> float:
+    found = ledger.budget(batch)
+    assert found is not None
+    return found.committed_usd
+
+
+def test_a_claim_reserves_its_worst_case(ledger: Ledger, new_job: Callable[..., JobRow]) -> None:
+    job = new_job(batch="b")
+    got = claim(ledger, job.job_id, 0.25, budget=1.0)
+    assert got.fresh and got.call.reserved_usd == 0.25 and got.call.budget_scopes == "batch:b"
+    status = ledger.budget("b")
+    assert status is not None
+    assert (status.limit_usd, status.committed_usd, status.reserved_usd) == (1.0, 0.25, 0.25)
+    assert status.left_usd == 0.75 and status.calls_in_flight == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "cost", "basis", "held"),
+    [
+        ("answered", 0.1, "reported", 0.1),  # a known cost replaces the reservation
+        ("answered", 0.05, "estimate", 0.05),
+        ("unknown", None, None, 0.25),  # an unknown cost keeps the whole reservation
+        ("answered", None, None, 0.25),  # answered without a cost: still never 0
+        ("failed", 0.0, "reported", 0.0),
+        ("not_sent", None, None, 0.0),  # never sent: released
+    ],
+)
+def test_settling_replaces_the_reservation(
+    ledger: Ledger,
+    new_job: Callable[..., JobRow],
+    status: str,
+    cost: float | None,
+    basis: str | None,
+    held: float,
+) -> None:
+    job = new_job(batch="b")
+    claim(ledger, job.job_id, 0.25, budget=1.0)
+    ledger.record(job_id=job.job_id, outcome=outcome(status, cost, basis))
+    assert committed(ledger) == pytest.approx(held)
+    figures = ledger.budget("b")
+    assert figures is not None and figures.reserved_usd == 0.0
+    if status != "not_sent" and cost is None:
+        assert figures.held_unknown_usd == 0.25 and figures.calls_unknown_cost == 1
+
+
+def test_a_claim_that_does_not_fit_is_refused_with_the_figures(
+    ledger: Ledger, new_job: Callable[..., JobRow]
+) -> None:
+    first, second = new_job(batch="b"), new_job(batch="b")
+    claim(ledger, first.job_id, 0.6, budget=1.0)
+    with pytest.raises(OverBudget) as refused:
+        claim(ledger, second.job_id, 0.6)
+    figures = refused.value.refusal
+    assert (figures.scope, figures.limit_usd, figures.committed_usd, figures.worst_usd) == (
+        "batch:b",
+        1.0,
+        0.6,
+        0.6,
+    )
+    assert "budget batch:b exhausted" in str(refused.value) and "nothing was sent" in str(
+        refused.value
+    )
+    assert ledger.get_call(second.job_id, "decide") is None  # nothing claimed
+    assert committed(ledger) == 0.6  # nothing reserved
+
+
+def test_raising_the_budget_lets_the_next_claim_through(
+    ledger: Ledger, new_job: Callable[..., JobRow]
+) -> None:
+    first, second = new_job(batch="b"), new_job(batch="b")
+    claim(ledger, first.job_id, 0.6, budget=1.0)
+    with pytest.raises(OverBudget):
+        claim(ledger, second.job_id, 0.6)
+    ledger.set_budget("b", 1.2)
+    assert claim(ledger, second.job_id, 0.6).fresh
+
+
+def test_lowering_the_budget_cancels_nothing_sent(
+    ledger: Ledger, new_job: Callable[..., JobRow]
+) -> None:
+    first, second = new_job(batch="b"), new_job(batch="b")
+    claim(ledger, first.job_id, 0.6, budget=1.0)
+    status = ledger.set_budget("b", 0.1)
+    assert status.committed_usd == 0.6 and status.left_usd == pytest.approx(-0.5)
+    call = ledger.get_call(first.job_id, "decide")
+    assert call is not None and call.status == "claimed"
+    ledger.record(job_id=first.job_id, outcome=outcome("answered", 0.01, "reported"))
+    assert committed(ledger) == pytest.approx(0.01)
+    with pytest.raises(OverBudget):
+        claim(ledger, second.job_id, 0.6)
+
+
+def test_a_jobs_budget_never_lowers_one_set_already(
+    ledger: Ledger, new_job: Callable[..., JobRow]
+) -> None:
+    ledger.set_budget("b", 5.0)
+    job = new_job(batch="b")
+    claim(ledger, job.job_id, 1.0, budget=0.5)
+    assert ledger.budget("b").limit_usd == 5.0  # type: ignore[union-attr]
+
+
+def test_no_known_maximum_cannot_run_under_a_budget(
+    ledger: Ledger, new_job: Callable[..., JobRow]
+) -> None:
+    job = new_job(batch="b")
+    with pytest.raises(OverBudget) as refused:
+        claim(ledger, job.job_id, None, budget=1.0)
+    assert refused.value.refusal.worst_usd is None
+    assert "no known maximum" in str(refused.value) and "budget_usd" in str(refused.value)
+    # Without a budget the same call runs (its cost is booked as it comes).
+    other = new_job(batch="free")
+    assert claim(ledger, other.job_id, None, batch="free").call.reserved_usd is None
+
+
+def test_a_daily_ceiling_covers_every_batch_of_its_provider(
+    ledger: Ledger, new_job: Callable[..., JobRow]
+) -> None:
+    a, b = new_job(batch="x"), new_job(batch="y")
+    got = claim(ledger, a.job_id, 0.7, batch="x", ceiling=1.0)
+    assert got.call.budget_scopes == day_scope("faux", ledger.now())
+    with pytest.raises(OverBudget) as refused:
+        claim(ledger, b.job_id, 0.7, batch="y", ceiling=1.0)
+    assert refused.value.refusal.scope.startswith("day:faux:")
+    assert "DECISIONS_DAILY_CEILING_USD" in str(refused.value)
+
+
+def test_both_budgets_or_neither(ledger: Ledger, new_job: Callable[..., JobRow]) -> None:
+    """A claim the daily ceiling refuses leaves nothing reserved against the batch either."""
+    a, b = new_job(batch="b"), new_job(batch="b")
+    claim(ledger, a.job_id, 0.5, budget=10.0, ceiling=0.6)
+    with pytest.raises(OverBudget):
+        claim(ledger, b.job_id, 0.5, ceiling=0.6)
+    assert committed(ledger) == 0.5
+
+
+def test_a_redelivery_of_a_settled_call_reserves_nothing(
+    ledger: Ledger, new_job: Callable[..., JobRow]
+) -> None:
+    job = new_job(batch="b")
+    claim(ledger, job.job_id, 0.6, budget=1.0)
+    ledger.record(job_id=job.job_id, outcome=outcome("answered", 0.1, "reported"))
+    again = claim(ledger, job.job_id, 0.6)  # would not fit twice; settled calls never reserve
+    assert not again.fresh and committed(ledger) == pytest.approx(0.1)
+
+
+def test_a_not_sent_call_reclaimed_reserves_again(
+    ledger: Ledger, new_job: Callable[..., JobRow]
+) -> None:
+    job = new_job(batch="b")
+    claim(ledger, job.job_id, 0.4, budget=1.0)
+    ledger.record(job_id=job.job_id, outcome=outcome("not_sent", None))
+    assert committed(ledger) == 0.0
+    again = claim(ledger, job.job_id, 0.4)
+    assert again.fresh and again.call.reserved_usd == 0.4 and committed(ledger) == 0.4
+
+
+def test_an_expired_claim_keeps_its_reservation_or_books_its_lost_cost(
+    ledger: Ledger, new_job: Callable[..., JobRow]
+) -> None:
+    a, b = new_job(batch="b"), new_job(batch="b")
+    for job in (a, b):
+        ledger.claim(
+            job_id=job.job_id,
+            step="decide",
+            provider="faux",
+            model=None,
+            request_sha256="s",
+            lease_expires=datetime.now(UTC) - timedelta(seconds=1),
+            budget=BudgetAsk(worst_usd=0.3, batch="b", batch_budget_usd=1.0),
+        )
+    ledger.expire_claim(job_id=a.job_id, step="decide")  # unknown cost: the 0.3 stays
+    ledger.expire_claim(job_id=b.job_id, step="decide", cost_usd=0.001, cost_basis="estimate")
+    assert committed(ledger) == pytest.approx(0.301)
+
+
+def test_a_pack_reserves_for_all_members_or_none(
+    ledger: Ledger, new_job: Callable[..., JobRow]
+) -> None:
+    ids = [new_job(batch="b").job_id for _ in range(3)]
+    ledger.set_budget("b", 1.0)
+    ask = BudgetAsk(worst_usd=0.4, batch="b")
+    refused = ledger.claim_pack(
+        members=[MemberClaim(j, later(), ask) for j in ids],
+        step="decide",
+        provider="faux",
+        model=None,
+        request_sha256="s",
+        pack_id="p",
+    )
+    assert not refused.fresh and refused.refused is not None
+    assert committed(ledger) == 0.0  # rolled back: the first two members' shares too
+    assert all(ledger.get_call(j, "decide") is None for j in ids)
+    ok = ledger.claim_pack(
+        members=[MemberClaim(j, later(), ask) for j in ids[:2]],
+        step="decide",
+        provider="faux",
+        model=None,
+        request_sha256="s",
+        pack_id="p2",
+    )
+    assert ok.fresh and committed(ledger) == pytest.approx(0.8)
+
+
+def test_setting_a_budget_counts_what_the_batch_spent_before(
+    ledger: Ledger, new_job: Callable[..., JobRow]
+) -> None:
+    job = new_job(batch="b")
+    claim(ledger, job.job_id, None)  # no budget yet: no reservation
+    ledger.record(job_id=job.job_id, outcome=outcome("answered", 0.2, "reported"))
+    status = ledger.set_budget("b", 1.0)
+    assert status.committed_usd == pytest.approx(0.2) and status.spent_before_usd == 0.2
+
+
+def test_resume_reopens_only_the_exhausted_jobs(
+    ledger: Ledger, new_job: Callable[..., JobRow]
+) -> None:
+    done, exhausted, other = new_job(batch="b"), new_job(batch="b"), new_job(batch="b")
+    ledger.finish_job(job_id=done.job_id, message_type="result", reason=None, message_json="{}")
+    ledger.finish_job(
+        job_id=exhausted.job_id,
+        message_type="escalation",
+        reason="budget_exhausted",
+        message_json="{}",
+    )
+    ledger.finish_job(
+        job_id=other.job_id, message_type="escalation", reason="low_confidence", message_json="{}"
+    )
+    reopened = ledger.reopen_exhausted("b")
+    assert [r.job_id for r in reopened] == [exhausted.job_id]
+    row = ledger.get_job(exhausted.job_id)
+    assert row is not None and not row.finished and row.resumes == 1
+    assert row.deadline > ledger.now()
+    # Interrupted before it enqueued them: a second resume finds the same open job again.
+    assert [r.job_id for r in ledger.reopen_exhausted("b")] == [exhausted.job_id]
+    assert ledger.get_job(exhausted.job_id).resumes == 1  # type: ignore[union-attr]
+
+
+def test_racing_claims_never_pass_the_budget(
+    ledger: Ledger, new_job: Callable[..., JobRow]
+) -> None:
+    """Eight threads (their own connections) claim 40 calls of 0.1 against a budget of 1.0."""
+    ids = [new_job(batch="race").job_id for _ in range(40)]
+    ledger.set_budget("race", 1.0)
+    wins: list[str] = []
+    refusals: list[str] = []
+    lock = threading.Lock()
+
+    def run(part: list[str]) -> None:
+        for job_id in part:
+            try:
+                got = claim(ledger, job_id, 0.1, batch="race")
+            except OverBudget:
+                with lock:
+                    refusals.append(job_id)
+                continue
+            with lock:
+                wins.append(job_id)
+            # Half settle below their reservation at once: the room they free is taken again.
+            if len(job_id) % 2:
+                ledger.record(job_id=job_id, outcome=outcome("answered", 0.05, "reported"))
+            assert got.fresh
+
+    threads = [threading.Thread(target=run, args=(ids[i::8],)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    status = ledger.budget("race")
+    assert status is not None
+    assert len(wins) + len(refusals) == 40
+    assert status.committed_usd <= 1.0 + 1e-9
+    calls = [ledger.get_call(j, "decide") for j in wins]
+    booked = sum(
+        (c.cost_usd if c.cost_usd is not None and c.status != "claimed" else c.reserved_usd or 0)
+        for c in calls
+        if c is not None
+    )
+    assert booked == pytest.approx(status.committed_usd)
+    assert status.committed_usd > 1.0 - 0.1 - 1e-9  # the budget was used, not left idle
+
+
+def test_group_commit_reserves_each_new_job_and_refuses_alone(ledger: Ledger) -> None:
+    """The hot path: many jobs opened and claimed in one transaction (``GroupCommit``); the
+    budget admits two worst cases, the other writes get their refusal, each its own, and a
+    job of a batch without a budget is claimed as ever."""
+    import asyncio
+
+    from worker.ledger import BudgetRefusal
+    from worker.ledger.batch import GroupCommit
+
+    group = GroupCommit(ledger)
+
+    def write(job_id: str, batch: str) -> dict[str, object]:
+        return {
+            "job": {
+                "job_id": job_id,
+                "kind": "decide",
+                "batch": batch,
+                "reply_to": "r",
+                "fingerprint": "f",
+                "deadline": later(),
+                "job_json": "{}",
+            },
+            "claim": {
+                "step": "decide",
+                "provider": "parallel",
+                "model": None,
+                "request_sha256": "s",
+                "lease_expires": later(),
+                "budget": BudgetAsk(worst_usd=0.4, batch=batch, batch_budget_usd=1.0)
+                if batch == "b"
+                else BudgetAsk(worst_usd=None, batch=batch),
+            },
+        }
+
+    async def scenario() -> list[object]:
+        return await asyncio.gather(
+            *(group.open_and_claim(**write(f"g{i}", "b")) for i in range(5)),
+            group.open_and_claim(**write("free", "nobudget")),
+        )
+
+    try:
+        results = asyncio.run(scenario())
+    finally:
+        group.close()
+    claims = [claim for _, claim in results]  # type: ignore[misc]
+    fresh = [c for c in claims if isinstance(c, Claim) and c.fresh]
+    refused = [c for c in claims if isinstance(c, BudgetRefusal)]
+    assert len(fresh) == 3 and len(refused) == 3  # 2 of the budget's 5 fit; "free" is claimed
+    assert committed(ledger) == pytest.approx(0.8)
+    free = ledger.get_call("free", "decide")
+    assert free is not None and free.reserved_usd is None
+    for refusal in refused:
+        assert refusal.worst_usd == 0.4 and refusal.committed_usd == pytest.approx(0.8)

@@ -1,0 +1,84 @@
+"""Tool calls are bounded per model reply and per job, by fields of the job schema; local
+tool and handler runs are no requests and carry no cost (issue 15, defect 16)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.jobs import DEFAULT_TOOL_CALLS_PER_REPLY, MenuJob
+from shared.replies import ResultMessage
+from tests.menus_worker import handlers
+from tests.menus_worker.support import Harness, menu_job
+from worker.testing.faux import FauxChatReply, FauxToolCall
+
+
+def many_tool_calls(n: int, turn: int) -> FauxChatReply:
+    return FauxChatReply(
+        tool_calls=[
+            FauxToolCall(name="t_lookup", arguments={"order_id": f"T{turn}-{i}"}) for i in range(n)
+        ]
+    )
+
+
+def test_the_bounds_are_named_in_the_job_schema_with_defaults() -> None:
+    work = MenuJob.model_json_schema()["$defs"]["MenuWork"]["properties"]
+    assert work["max_tool_calls_per_reply"]["default"] == DEFAULT_TOOL_CALLS_PER_REPLY
+    assert "max_tool_calls" in work
+
+
+async def test_one_reply_with_200_tool_calls_runs_only_the_bound(harness: Harness) -> None:
+    job: dict[str, Any] = menu_job(
+        "b1",
+        work={
+            "tools": ["t_lookup"],
+            "max_steps": 4,
+            "max_tool_calls_per_reply": 3,
+            "max_tool_calls": 5,
+        },
+    )
+    harness.reply("b1", "turn.0", many_tool_calls(200, 0))
+    harness.reply("b1", "turn.1", many_tool_calls(200, 1))
+    harness.pick("b1", "turn.2", "escalate", {"team": "billing", "summary": "lost parcel"})
+
+    assert await harness.run(job) == "result"
+
+    runs = [r["order_id"] for r in handlers.runs_of("t_lookup")]
+    assert runs == ["T0-0", "T0-1", "T0-2", "T1-0", "T1-1"]  # 3 a reply, 5 a job
+    statuses = harness.call_statuses("b1")
+    assert sorted(s for s in statuses if s.startswith("tool.")) == [
+        "tool.0",
+        "tool.1",
+        "tool.2",
+        "tool.200",
+        "tool.201",
+    ]
+    result = harness.terminal("b1")
+    assert isinstance(result, ResultMessage)
+    # Only the three model turns were requests; the tool and handler runs cost nothing.
+    status = harness.ledger.status()
+    assert status.requests_sent == 3
+    assert "unknown" not in status.cost_by_basis
+
+    # Redelivered: every step replays, nothing runs again.
+    assert await harness.run(job) == "result"
+    assert len(handlers.runs_of("t_lookup")) == 5
+
+
+def test_the_bounds_at_their_defaults_leave_a_jobs_fingerprint_as_it_was() -> None:
+    from shared.canonical import digest_of
+    from shared.fingerprint import job_fingerprint
+    from shared.job_parsing import parse_job
+
+    job = parse_job(menu_job("fp", work={"tools": ["t_lookup"]}))
+    # As the job was fingerprinted before the bounds (and audit_rate and budget_usd, which
+    # are not part of a fingerprint either) existed.
+    before = job.model_dump(
+        mode="json",
+        exclude={
+            "submitted_at", "deadline", "timeout_s", "reply_to", "pack", "audit_rate",
+            "budget_usd",
+        },
+    )
+    for name in ("max_tool_calls_per_reply", "max_tool_calls"):
+        del before["work"][name]
+    assert job_fingerprint(job) == digest_of(before)

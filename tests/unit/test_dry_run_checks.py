@@ -1,0 +1,66 @@
+"""The dry run refuses what the worker would refuse before sending: both prepare a decide
+job's request with the same code (``worker.kinds.decide.prepare_decide``), so a provider's limits
+and models are checked at submit, not first discovered by the worker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from shared.errors import JobInvalid
+from shared.job_parsing import parse_job
+from shared.settings import Settings
+from worker.kinds.decide import prepare_decide
+from worker.kinds.menus.submit import job_checker
+from worker.providers import ProviderRegistry
+from worker.runtimes import RuntimeRegistry
+
+
+def decide(provider: str, instructions: str, **extra: Any) -> Any:
+    return parse_job(
+        {
+            "id": f"dry-{provider}",
+            "reply_to": "r",
+            "provider": provider,
+            "state": "a short state",
+            "questions": {"q": {"type": "noul", "instructions": instructions}},
+            **extra,
+        }
+    )
+
+
+@pytest.fixture
+def registries() -> tuple[ProviderRegistry, RuntimeRegistry]:
+    settings = Settings(_env_file=None)
+    return ProviderRegistry.from_settings(settings), RuntimeRegistry.from_settings(settings)
+
+
+def test_a_question_over_parallels_limit_is_refused_by_the_dry_run_as_by_the_worker(
+    registries: tuple[ProviderRegistry, RuntimeRegistry],
+) -> None:
+    providers, runtimes = registries
+    job = decide("parallel", "Is it urgent? " * 500)  # renders past Parallel's 5,000 characters
+    problems = job_checker(providers, runtimes)(job)
+    assert [p.field for p in problems] == ["questions.q"]
+    assert "5000" in problems[0].message
+    with pytest.raises(JobInvalid) as worker_refusal:
+        prepare_decide(job, providers)
+    assert worker_refusal.value.problems == problems
+
+
+def test_a_job_the_worker_would_send_passes_the_dry_run(
+    registries: tuple[ProviderRegistry, RuntimeRegistry],
+) -> None:
+    providers, runtimes = registries
+    assert job_checker(providers, runtimes)(decide("parallel", "Is it urgent?")) == []
+    assert job_checker(providers, runtimes)(decide("faux", "Is it urgent?")) == []
+
+
+def test_an_unknown_model_is_refused_by_both(
+    registries: tuple[ProviderRegistry, RuntimeRegistry],
+) -> None:
+    providers, runtimes = registries
+    job = decide("parallel", "Is it urgent?", model="not-a-parallel-model")
+    problems = job_checker(providers, runtimes)(job)
+    assert problems and problems[0].field == "model"

@@ -1,0 +1,110 @@
+"""Calibrated thresholds for the worker: ``escalate_below: {"calibrated": T, "fallback": F}``.
+
+The threshold is what ``decisions calibration --target T`` suggests for the question id,
+provider and model, once the labels are enough (``calibration_min_labels``, effective);
+the fallback otherwise. Suggestions are cached per (question, provider, model, target) for
+``calibration_ttl_s``: a decision never waits on a ledger query, except the first of its
+group after the cache expired, which a kind runs beforehand (``prefetch``, on a thread) so
+the event loop is not held. A ledger that cannot be read gives the fallback (logged once a
+period), never a failed decision: the receipt says which floor was used and from how many
+labels (``shared.replies.Threshold``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+
+import structlog
+
+from shared.calibration import DEFAULT_MIN_LABELS, report
+from shared.errors import LedgerError
+from shared.jobs import DecideJob
+from shared.questions import CalibratedFloor
+from shared.replies import Threshold
+from worker.calibration.figures import scored
+from worker.ledger import Ledger
+from worker.ledger.label_ops import LabelFilter
+
+__all__ = ["ThresholdBook"]
+
+log = structlog.get_logger("decisions.calibration")
+
+_Key = tuple[str, str, str | None, float]
+#: A suggestion (None: too few labels) and the labels behind it.
+_Found = tuple[float | None, int]
+
+
+class ThresholdBook:
+    """Suggested thresholds, read from the ledger's labels and cached for a short while."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        ttl_s: float = 60.0,
+        min_labels: float = DEFAULT_MIN_LABELS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ledger = ledger
+        self.ttl_s = ttl_s
+        self.min_labels = min_labels
+        self.clock = clock
+        self._cache: dict[_Key, tuple[float, _Found]] = {}
+        self._lock = threading.Lock()
+        #: Ledger queries made (a test counts them: one per group and period, not per job).
+        self.queries = 0
+
+    def threshold(
+        self, question: str, floor: CalibratedFloor, provider: str, model: str | None
+    ) -> Threshold:
+        """The floor to judge this answer by, and where it came from."""
+        found = self._found((question, provider, model, floor.calibrated))
+        value, labels = found
+        if value is None:
+            return Threshold(
+                value=floor.fallback, source="fallback", target=floor.calibrated, labels=labels
+            )
+        return Threshold(value=value, source="calibrated", target=floor.calibrated, labels=labels)
+
+    async def prefetch(self, job: DecideJob, provider: str, model: str | None) -> None:
+        """Read, on a thread, every expired suggestion ``job``'s calibrated questions need."""
+        stale = [
+            (qid, provider, model, q.escalate_below.calibrated)
+            for qid, q in job.questions.items()
+            if isinstance(q.escalate_below, CalibratedFloor)
+        ]
+        stale = [key for key in stale if self._cached(key) is None]
+        if stale:
+            await asyncio.to_thread(lambda: [self._found(key) for key in stale])
+
+    def _cached(self, key: _Key) -> _Found | None:
+        with self._lock:
+            entry = self._cache.get(key)
+        if entry is None or entry[0] <= self.clock():
+            return None
+        return entry[1]
+
+    def _found(self, key: _Key) -> _Found:
+        cached = self._cached(key)
+        if cached is not None:
+            return cached
+        question, provider, model, target = key
+        try:
+            self.queries += 1
+            where = LabelFilter(question=question, provider=provider, model=model)
+            rows = self.ledger.labels(where)
+            figures = report(scored(rows), target=target, min_labels=self.min_labels)
+            suggestion = figures.suggestion
+            found: _Found = (
+                None if suggestion is None else suggestion.threshold,
+                figures.labels,
+            )
+        except LedgerError as exc:
+            log.warning("calibration.unreadable", question=question, error=type(exc).__name__)
+            found = (None, 0)
+        with self._lock:
+            self._cache[key] = (self.clock() + self.ttl_s, found)
+        return found

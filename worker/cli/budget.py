@@ -1,0 +1,177 @@
+"""``decisions budget set|show|resume``: a batch's budget, which fails closed.
+
+A batch's budget (``budget_usd`` on its jobs, or ``budget set``) is what its requests may
+cost at most: before each request its worst case is reserved in the ledger, in the claim's
+own transaction; one that does not fit is not sent and its job escalates
+``budget_exhausted``. Raise the budget with ``set`` (lowering it never cancels a request
+already sent), then ``resume`` runs exactly those jobs again: nothing was sent for them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import redis
+import typer
+from rich.table import Table
+
+from shared import keys
+from shared.client import Client
+from shared.limits import MAX_BUDGET_USD
+from shared.settings import get_settings
+from worker.cli.terminal import console, err_console
+from worker.ledger import BudgetStatus, JobRow, Ledger
+
+__all__ = ["add_budget_rows", "budget_json", "parse_usd", "register"]
+
+budget_app = typer.Typer(help="A batch's budget: set it, show it, resume what it stopped.")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(budget_app, name="budget")
+
+
+def _ledger() -> Ledger:
+    ledger = Ledger.from_settings(get_settings())
+    ledger.check_schema()
+    return ledger
+
+
+def parse_usd(text: str) -> float:
+    """A budget in USD as typed: a finite number above 0, at most ``MAX_BUDGET_USD``; else
+    one line naming it, exit 2."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0 or value > MAX_BUDGET_USD:
+        err_console.print(
+            f"USD {text!r}: give a budget in dollars, a number above 0 and at most "
+            f"{MAX_BUDGET_USD:,.0f} (e.g. 25 or 0.5)",
+            highlight=False,
+            markup=False,
+        )
+        raise typer.Exit(2)
+    return value
+
+
+def budget_json(status: BudgetStatus | None) -> dict[str, Any] | None:
+    if status is None:
+        return None
+    return {
+        "budget": status.scope,
+        "limit_usd": status.limit_usd,
+        "committed_usd": round(status.committed_usd, 12),
+        "reserved_usd": status.reserved_usd,
+        "calls_in_flight": status.calls_in_flight,
+        "held_unknown_usd": status.held_unknown_usd,
+        "calls_unknown_cost": status.calls_unknown_cost,
+        "spent_usd": status.spent_usd,
+        "spent_by_basis": status.booked_by_basis,
+        "spent_before_budget_usd": status.spent_before_usd,
+        "left_usd": status.left_usd,
+        "jobs_budget_exhausted": status.jobs_exhausted,
+    }
+
+
+def add_budget_rows(table: Table, status: BudgetStatus | None) -> None:
+    """The budget's lines under a batch's ledger figures."""
+    table.add_section()
+    if status is None:
+        table.add_row("budget", "none")
+        return
+    table.add_row("budget", _usd(status.limit_usd))
+    table.add_row(
+        "  reserved (in flight)", f"{_usd(status.reserved_usd)} ({status.calls_in_flight})"
+    )
+    table.add_row(
+        "  held (cost unknown)",
+        f"{_usd(status.held_unknown_usd)} ({status.calls_unknown_cost})",
+    )
+    for basis, usd in status.booked_by_basis.items():
+        table.add_row(f"  spent {basis}", _usd(usd))
+    if status.spent_before_usd:
+        table.add_row("  spent before the budget", _usd(status.spent_before_usd))
+    table.add_row("  left", _usd(status.left_usd))
+    if status.jobs_exhausted:
+        table.add_row("  jobs budget_exhausted", str(status.jobs_exhausted))
+
+
+def _usd(value: float | None) -> str:
+    return "-" if value is None else f"${value:.6f}"
+
+
+def _show(status: BudgetStatus | None, batch: str, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(budget_json(status), indent=2, sort_keys=True))
+        return
+    table = Table(title=f"budget - batch {batch}")
+    table.add_column("what")
+    table.add_column("USD", justify="right")
+    add_budget_rows(table, status)
+    console.print(table)
+
+
+# A negative amount is an argument to refuse by name, not an unknown option.
+@budget_app.command("set", context_settings={"ignore_unknown_options": True})
+def set_budget(
+    batch: str = typer.Argument(..., help="the batch"),
+    usd: str = typer.Argument(..., metavar="USD", help="its budget in US dollars"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+) -> None:
+    """Set a batch's budget: raise it while it runs, or lower it (a request already sent is
+    never cancelled; later ones that do not fit are not sent)."""
+    value = parse_usd(usd)
+    _show(_ledger().set_budget(batch, value), batch, as_json)
+
+
+@budget_app.command("show")
+def show(
+    batch: str = typer.Argument(..., help="the batch"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+) -> None:
+    """A batch's budget: limit, reserved, held for unknown costs, spent by basis, left."""
+    _show(_ledger().budget(batch), batch, as_json)
+
+
+@budget_app.command("resume")
+def resume(batch: str = typer.Argument(..., help="the batch")) -> None:
+    """Run again the batch's jobs that escalated budget_exhausted (nothing was sent for them;
+    nothing else is run again). Those a reviewer resolved meanwhile are left alone."""
+    settings = get_settings()
+    ledger = _ledger()
+    streams = redis.Redis.from_url(settings.redis_url)
+    exhausted = ledger.exhausted_jobs(batch)
+    resolved = frozenset(j for j in exhausted if streams.exists(keys.resolved_record(j)))
+    status = ledger.budget(batch)
+    if status is not None and status.left_usd is not None and status.left_usd <= 0:
+        err_console.print(
+            f"budget of batch {batch} has nothing left ({_usd(status.left_usd)}): raise it "
+            f"first with `decisions budget set {batch} USD`",
+            highlight=False,
+        )
+        raise typer.Exit(1)
+    rows = ledger.reopen_exhausted(batch, exclude=resolved)
+    if rows:
+        report = Client(settings, redis_client=streams).submit_batch(
+            [_resubmitted(row) for row in rows]
+        )
+        for job_id, problems in report.rejected.items():
+            fields = ", ".join(p.field for p in problems)
+            err_console.print(f"{job_id}: not resubmitted ({fields})", highlight=False)
+    console.print(
+        f"resumed {len(rows)} job(s) of batch {batch} that escalated budget_exhausted"
+        + (f"; {len(resolved)} resolved by a reviewer left alone" if resolved else ""),
+        highlight=False,
+    )
+
+
+def _resubmitted(row: JobRow) -> dict[str, Any]:
+    """The stored job as submitted again: the ledger keeps its (new) deadline, so the job's
+    own deadline and submission time go (neither is part of its fingerprint)."""
+    job: dict[str, Any] = json.loads(row.job_json)
+    for name in ("deadline", "submitted_at"):
+        job.pop(name, None)
+    return {name: value for name, value in job.items() if value is not None}

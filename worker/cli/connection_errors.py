@@ -1,0 +1,222 @@
+"""Explanations of the errors of the servers ``decisions`` talks to: the ledger's database
+(SQLAlchemy), Redis, and the Celery broker (kombu).
+
+Connection errors rarely say which setting they come from, so the server a message names
+(``HOST:PORT``) is matched against the URLs the settings hold. Every URL is shown with its
+password masked.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+import kombu.exceptions
+import redis.exceptions
+from sqlalchemy import exc as sa_exc
+
+from worker.cli.explanation import RUNTIME, Explanation, masked, raw_setting, setting_url
+from worker.ledger.errors import LedgerUnavailable
+
+__all__ = ["CONNECTION_HANDLERS", "URL_SETTINGS"]
+
+#: The settings that hold a server's URL, by variable.
+URL_SETTINGS = {
+    "DECISIONS_REDIS_URL": "redis_url",
+    "DECISIONS_BROKER_URL": "broker_url",
+    "DECISIONS_LEDGER_URL": "ledger_url",
+}
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+LEDGER_EXAMPLE = "postgresql+psycopg://USER@HOST:5432/DATABASE or sqlite:///./decisions.db"
+
+# --- the ledger (SQLAlchemy) -------------------------------------------------------------
+
+
+def _ledger_unavailable(exc: LedgerUnavailable) -> Explanation:
+    return _ledger_failure(str(exc).partition(": ")[2] or str(exc))
+
+
+def _ledger_operational(exc: sa_exc.OperationalError) -> Explanation:
+    return _ledger_failure(str(exc.orig or exc).splitlines()[0])
+
+
+def _ledger_failure(detail: str) -> Explanation:
+    where = f"the ledger at DECISIONS_LEDGER_URL={setting_url('ledger_url')}"
+    detail = masked(" ".join(detail.split()))
+    missing = re.search(r'database "([^"]+)" does not exist', detail)
+    if missing:
+        return Explanation(
+            f"{where}: PostgreSQL has no database {missing.group(1)!r}",
+            f"create it (`createdb {missing.group(1)}`) or point DECISIONS_LEDGER_URL at one "
+            "that exists; then run `decisions migrate`",
+        )
+    if "password authentication failed" in detail or "no password supplied" in detail:
+        return Explanation(
+            f"{where}: {detail}", "put the right user and password in DECISIONS_LEDGER_URL"
+        )
+    if "unable to open database file" in detail:
+        return Explanation(
+            f"{where}: SQLite cannot open that file",
+            "create its directory, or point DECISIONS_LEDGER_URL at a writable path",
+        )
+    return Explanation(
+        f"{where} cannot be reached: {detail}",
+        "start the database, or point DECISIONS_LEDGER_URL at one that answers",
+        RUNTIME,
+    )
+
+
+def _no_dialect(exc: sa_exc.NoSuchModuleError) -> Explanation:
+    match = re.search(r"sqlalchemy\.dialects:(\S+)", str(exc))
+    dialect = match.group(1) if match else "?"
+    fix = f"write {LEDGER_EXAMPLE}"
+    if dialect.split(".")[0] == "postgres":
+        fix = "write postgresql+psycopg://... (SQLAlchemy has no `postgres://`)"
+    return Explanation(
+        f"DECISIONS_LEDGER_URL={setting_url('ledger_url')}: SQLAlchemy knows no database "
+        f"{dialect!r}",
+        fix,
+    )
+
+
+def _ledger_url_invalid(exc: sa_exc.ArgumentError) -> Explanation:
+    return Explanation(
+        f"DECISIONS_LEDGER_URL={setting_url('ledger_url')} is not a database URL ({exc})",
+        f"write {LEDGER_EXAMPLE}",
+    )
+
+
+# --- Redis and the broker ----------------------------------------------------------------
+
+
+def _redis_auth(exc: redis.exceptions.AuthenticationError) -> Explanation:
+    variables = _variables_for(str(exc)) or _redis_variables()
+    return Explanation(
+        f"Redis refused the login given by {' and '.join(variables)}: {exc}",
+        "put the right user and password in the URL (redis://USER:PASSWORD@HOST:PORT/DB)",
+    )
+
+
+def _redis_unreachable(exc: redis.exceptions.ConnectionError) -> Explanation:
+    variables = _variables_for(str(exc)) or _redis_variables()
+    reason = str(exc).rstrip(".")
+    reason = re.sub(r"^Error -?\d+ connecting to \S+:\d+\.\s*", "", reason) or reason
+    urls = ", ".join(f"{v}={setting_url(URL_SETTINGS[v])}" for v in variables)
+    kind = "timed out" if isinstance(exc, redis.exceptions.TimeoutError) else "failed"
+    return Explanation(
+        f"connecting to Redis {kind} ({reason}): {urls}",
+        f"start Redis there, or point {' and '.join(variables)} at a running one",
+        RUNTIME,
+    )
+
+
+def _redis_answered(exc: redis.exceptions.ResponseError) -> Explanation:
+    text = str(exc)
+    if "DB index is out of range" in text:
+        numbered = [v for v in _redis_variables() if _redis_db(URL_SETTINGS[v]) > 15]
+        variables = numbered or _redis_variables()
+        urls = ", ".join(f"{v}={setting_url(URL_SETTINGS[v])}" for v in variables)
+        return Explanation(
+            f"Redis has no such database: {urls}",
+            "use a database from 0 to 15 (redis://HOST:PORT/0), unless the server's "
+            "`databases` setting allows more",
+        )
+    if "NOAUTH" in text or "WRONGPASS" in text:
+        return Explanation(
+            f"Redis refused the command: {text}",
+            "put the password in the URL: redis://:PASSWORD@HOST:PORT/DB",
+        )
+    return Explanation(f"Redis answered an error: {masked(text)}", None, RUNTIME)
+
+
+def _broker_unreachable(exc: kombu.exceptions.OperationalError) -> Explanation:
+    url = setting_url("broker_url")
+    if not _has_host(raw_setting("broker_url")):
+        return _url_without_host("DECISIONS_BROKER_URL", "redis://HOST:PORT/DB")
+    return Explanation(
+        f"cannot reach the broker at DECISIONS_BROKER_URL={url} ({masked(str(exc))})",
+        "start the broker there, or point DECISIONS_BROKER_URL at a running one",
+        RUNTIME,
+    )
+
+
+def _no_transport(exc: KeyError) -> Explanation | None:
+    text = str(exc.args[0]) if exc.args else ""
+    if not text.startswith("No such transport"):
+        return None
+    scheme = text.rpartition(":")[2].strip()
+    return Explanation(
+        f"DECISIONS_BROKER_URL={setting_url('broker_url')}: Celery has no broker of kind "
+        f"{scheme!r}",
+        "use redis://HOST:PORT/DB or amqp://USER:PASSWORD@HOST:5672/VHOST",
+    )
+
+
+def _not_a_redis_url(exc: ValueError) -> Explanation | None:
+    if "Redis URL must specify" not in str(exc):
+        return None
+    variables = [
+        v for v in _redis_variables() if not raw_setting(URL_SETTINGS[v]).startswith(REDIS_SCHEMES)
+    ] or ["DECISIONS_REDIS_URL"]
+    urls = ", ".join(f"{v}={setting_url(URL_SETTINGS[v])}" for v in variables)
+    return Explanation(
+        f"not a Redis URL: {urls}", "write redis://HOST:PORT/DB (or rediss://, unix://PATH)"
+    )
+
+
+def _url_without_host(variable: str, example: str) -> Explanation:
+    url = setting_url(URL_SETTINGS[variable])
+    return Explanation(f"{variable}={url} names no host", f"write {example}")
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _has_host(url: str) -> bool:
+    return "://" in url and bool(urlsplit(url).hostname)
+
+
+def _redis_variables() -> list[str]:
+    return [
+        v for v, field in URL_SETTINGS.items() if raw_setting(field).startswith(("redis", "unix"))
+    ] or ["DECISIONS_REDIS_URL"]
+
+
+def _redis_db(field: str) -> int:
+    path = urlsplit(raw_setting(field)).path.strip("/")
+    return int(path) if path.isdigit() else 0
+
+
+def _variables_for(message: str) -> list[str]:
+    """The URL settings whose host and port are the ``HOST:PORT`` named in ``message``."""
+    match = re.search(r"connecting to ([^\s:]+):(\d+)", message)
+    if not match:
+        return []
+    host, port = match.group(1), int(match.group(2))
+    found = []
+    for variable, field in URL_SETTINGS.items():
+        parts = urlsplit(raw_setting(field))
+        try:
+            url_port = parts.port or 6379
+        except ValueError:
+            continue
+        if parts.hostname == host and url_port == port:
+            found.append(variable)
+    return found
+
+
+CONNECTION_HANDLERS: list[tuple[Any, Callable[[Any], Explanation | None]]] = [
+    (LedgerUnavailable, _ledger_unavailable),
+    (sa_exc.NoSuchModuleError, _no_dialect),
+    (sa_exc.ArgumentError, _ledger_url_invalid),
+    (sa_exc.OperationalError, _ledger_operational),
+    (redis.exceptions.AuthenticationError, _redis_auth),
+    (redis.exceptions.ConnectionError, _redis_unreachable),
+    (redis.exceptions.TimeoutError, _redis_unreachable),
+    (redis.exceptions.ResponseError, _redis_answered),
+    (kombu.exceptions.OperationalError, _broker_unreachable),
+    (KeyError, _no_transport),
+    (ValueError, _not_a_redis_url),
+]

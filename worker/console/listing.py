@@ -1,0 +1,112 @@
+"""Reading the open escalations for the pages, entry by entry, reporting those that do not parse.
+
+The pages read through the queue's own Redis stream and group, as ``EscalationQueue.open``
+does, but each entry on its own: one that does not parse (a field a newer version adds, a
+damaged message) is listed as unreadable, by id, instead of failing the page for every
+reviewer, and the detail page reads its one entry instead of parsing every open one (a
+10,000-item sift escalation is megabytes of JSON). Claims, releases and resolutions still go
+through ``EscalationQueue``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from pydantic import ValidationError
+
+from shared.escalations import QUEUE_CONSUMER, EscalationQueue, OpenEscalation
+from shared.replies import EscalationMessage, parse_reply
+
+__all__ = ["Listing", "find_open", "list_open"]
+
+_MAX_SHOWN_UNREADABLE = 50
+
+
+@dataclass(frozen=True)
+class Listing:
+    items: list[OpenEscalation]
+    #: Ids of open entries that could not be read (at most 50 of them).
+    unreadable: list[str] = field(default_factory=list)
+    unreadable_count: int = 0
+
+
+def list_open(
+    queue: EscalationQueue, *, reason: str | None = None, batch: str | None = None
+) -> Listing:
+    """Every open escalation, oldest first (optionally of one reason or batch)."""
+    _sync(queue)
+    pending: Any = queue.redis.xpending_range(queue.stream, queue.group, "-", "+", 1_000_000)
+    pipe = queue.redis.pipeline(transaction=False)
+    for item in pending:
+        entry_id = _text(item["message_id"])
+        pipe.xrange(queue.stream, min=entry_id, max=entry_id)
+    bodies: list[Any] = pipe.execute() if pending else []
+    items: list[OpenEscalation] = []
+    unreadable: list[str] = []
+    for item, rows in zip(pending, bodies, strict=True):
+        found = _entry(item, rows)
+        if isinstance(found, str):
+            unreadable.append(found)
+            continue
+        if found is None:
+            continue
+        message = found.message
+        if (reason and message.reason != reason) or (batch and message.batch != batch):
+            continue
+        items.append(found)
+    return Listing(items, unreadable[:_MAX_SHOWN_UNREADABLE], len(unreadable))
+
+
+def find_open(queue: EscalationQueue, entry_id: str) -> OpenEscalation | None:
+    """The open escalation ``entry_id``; None if it is not open or cannot be read."""
+    _sync(queue)
+    pending: Any = queue.redis.xpending_range(queue.stream, queue.group, entry_id, entry_id, 1)
+    if not pending:
+        return None
+    rows: Any = queue.redis.xrange(queue.stream, min=entry_id, max=entry_id)
+    found = _entry(pending[0], rows)
+    return found if isinstance(found, OpenEscalation) else None
+
+
+def _sync(queue: EscalationQueue) -> None:
+    """Create the group if needed and hand every new entry to the queue consumer (as the
+    queue itself does before it reads)."""
+    try:
+        queue.redis.xgroup_create(queue.stream, queue.group, id="0", mkstream=True)
+    except redis.ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+    while True:
+        got: Any = queue.redis.xreadgroup(
+            queue.group, QUEUE_CONSUMER, {queue.stream: ">"}, count=1000
+        )
+        if not got or not got[0][1]:
+            return
+
+
+def _entry(pending: Any, rows: Any) -> OpenEscalation | str | None:
+    """The entry, its id if it cannot be read, None if it is gone or not an escalation."""
+    entry_id = _text(pending["message_id"])
+    if not rows:
+        return None
+    try:
+        fields = {_text(k): _text(v) for k, v in rows[0][1].items()}
+        message = parse_reply(fields["message"])
+    except (KeyError, ValueError, ValidationError):
+        return entry_id
+    if not isinstance(message, EscalationMessage):
+        return entry_id
+    holder = _text(pending["consumer"])
+    return OpenEscalation(
+        entry_id=entry_id,
+        message=message,
+        reply_to=fields.get("reply_to") or message.reply_to or "",
+        holder=None if holder == QUEUE_CONSUMER else holder,
+        idle_s=int(pending["time_since_delivered"]) / 1000,
+    )
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)

@@ -1,0 +1,159 @@
+"""Run a menu handler or tool under its call's lease: it can never act after its job escalated.
+
+A handler is arbitrary code in a thread, and a Python thread cannot be stopped. Its call was
+claimed with a lease (the job's deadline plus a margin); a reaper or a duplicate delivery
+that finds the lease over books the call ``unknown`` and escalates ``handler_interrupted``,
+for a person to act. A handler still running then would act too (seen: escalated at 4.1 s,
+refunded at 6.1 s). So, while the handler runs:
+
+- **heartbeat**: the lease is renewed every ``extend_s / 3`` to the database's now plus
+  ``extend_s`` (``Ledger.renew_lease``, a conditional UPDATE judged by the database's
+  clock), so the reaper never takes a live handler for dead, however long it runs; the
+  first renewal is made before the handler starts, and a claim already lost is not run;
+- **fence**: the lease the holder knows it has ends ``extend_s`` after it *sent* its last
+  confirmed renewal (the database ran it later). If the handler is still running a quarter
+  of ``extend_s`` before that end with no newer renewal confirmed (the ledger unreachable,
+  the loop starved), or a renewal finds the claim gone, the process exits
+  (``worker.process.liveness.fatal``): the handler dies with it, before anyone can see the lease
+  over. Other jobs of the process are then settled as after any crash.
+
+The handler runs in a daemon thread of its own, not the loop's default executor: a stuck
+handler neither starves the ledger calls (and renewals) queued there nor keeps the
+interpreter from exiting. Whatever it raises is contained: an ``Exception`` is returned to the
+caller as raised; ``SystemExit``, ``KeyboardInterrupt`` or any other ``BaseException`` becomes
+``ExitContained`` (a handler error, never a dead loop). A cancelled caller (a soft time
+limit, a shutdown) keeps renewing until the handler returns, then is cancelled: the outcome
+is unknown to the ledger, the lease ends after the handler did, and only then is it escalated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from shared.errors import ExitContained, LedgerError
+from worker.ledger import CallNotFound, ClaimLost, Ledger, LedgerUnavailable
+from worker.process import liveness
+
+__all__ = ["MIN_EXTENSION_S", "run_leased"]
+
+log = structlog.get_logger("decisions.handlers")
+
+#: The shortest lease extension: renewals every third of it must get through a busy ledger.
+MIN_EXTENSION_S = 5.0
+
+
+@dataclass
+class _Ended:
+    value: Any = None
+    error: BaseException | None = None
+
+
+def _start(
+    fn: Callable[..., Any], kwargs: dict[str, Any], name: str, loop: asyncio.AbstractEventLoop
+) -> asyncio.Future[_Ended]:
+    done: asyncio.Future[_Ended] = loop.create_future()
+    context = contextvars.copy_context()  # the job's log bindings, as asyncio.to_thread would
+
+    def deliver(ended: _Ended) -> None:
+        if not done.done():
+            done.set_result(ended)
+
+    def body() -> None:
+        try:
+            ended = _Ended(value=context.run(fn, **kwargs))
+        except BaseException as exc:  # whatever the handler raised is its error
+            ended = _Ended(error=exc)
+        with contextlib.suppress(RuntimeError):  # a closed loop: the process is going away
+            loop.call_soon_threadsafe(deliver, ended)
+
+    threading.Thread(target=body, name=f"handler-{name}", daemon=True).start()
+    return done
+
+
+async def _renew(ledger: Ledger, job_id: str, step: str, extend_s: float) -> bool | None:
+    """True: renewed; False: the claim is not ours any more; None: the ledger did not say."""
+    try:
+        return await asyncio.to_thread(
+            ledger.renew_lease, job_id=job_id, step=step, extend_s=extend_s
+        )
+    except LedgerError as exc:
+        log.error("handler.lease_renewal_failed", job_id=job_id, step=step, error=str(exc))
+        return None
+
+
+async def run_leased(
+    fn: Callable[..., Any],
+    kwargs: dict[str, Any],
+    *,
+    ledger: Ledger,
+    job_id: str,
+    step: str,
+    name: str,
+    extend_s: float,
+) -> Any:
+    """``fn(**kwargs)`` in a thread under the lease of the claimed call (job_id, step).
+
+    Returns its value or raises its ``Exception`` (any other ``BaseException`` as
+    ``ExitContained``). Without running it: ``ClaimLost`` if the claim is no longer this
+    delivery's, ``LedgerUnavailable`` if the ledger cannot renew it now (retry later)."""
+    extend_s = max(extend_s, MIN_EXTENSION_S)
+    every_s, fence_s = extend_s / 3, extend_s * 3 / 4
+    sent = time.monotonic()
+    renewed = await _renew(ledger, job_id, step, extend_s)
+    if renewed is None:
+        raise LedgerUnavailable(f"{step}: {name} not run, its claim could not be renewed")
+    if not renewed:
+        stored = await asyncio.to_thread(ledger.get_call, job_id, step)
+        if stored is None:
+            raise CallNotFound(job_id, step)
+        raise ClaimLost(stored, "handler run")
+    confirmed, next_try = sent, sent + every_s
+    done = _start(fn, kwargs, name, asyncio.get_running_loop())
+    cancelled = False
+    while not done.done():
+        wake = min(next_try, confirmed + fence_s)
+        try:
+            await asyncio.wait([done], timeout=max(0.0, wake - time.monotonic()))
+        except asyncio.CancelledError:
+            # The handler cannot be cancelled: hold its lease until it returns (module doc).
+            cancelled = True
+        if done.done():
+            break
+        now = time.monotonic()
+        if now >= next_try:
+            try:
+                renewed = await asyncio.wait_for(
+                    _renew(ledger, job_id, step, extend_s), max(0.01, confirmed + fence_s - now)
+                )
+            except TimeoutError:
+                renewed = None
+            except asyncio.CancelledError:
+                cancelled, renewed = True, None
+            if renewed:
+                confirmed, next_try = now, now + every_s
+            elif renewed is False and not done.done():
+                liveness.fatal("handler-lease", f"{job_id} {step}: {name} runs, claim taken")
+            else:
+                next_try = time.monotonic() + min(1.0, every_s)
+        if time.monotonic() >= confirmed + fence_s and not done.done():
+            liveness.fatal(
+                "handler-lease", f"{job_id} {step}: {name} runs, its lease could not be renewed"
+            )
+    if cancelled:
+        log.warning("handler.cancel_deferred", job_id=job_id, step=step, handler=name)
+        raise asyncio.CancelledError
+    ended = done.result()
+    if ended.error is None:
+        return ended.value
+    if isinstance(ended.error, Exception):
+        raise ended.error
+    raise ExitContained(ended.error, f"handler {name}") from ended.error

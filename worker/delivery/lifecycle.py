@@ -1,0 +1,131 @@
+"""A job's lifecycle: validate ─▶ open (or replay) ─▶ finish (the outbox) ─▶ publish once.
+
+- ``validate``: a job that does not parse, or that its kind cannot plan, is ``rejected``
+  naming each field, with nothing sent.
+- ``open``: the job's row is inserted or read back. A job submitted before with other
+  content is rejected (``id``); one finished before is replayed: its stored message is
+  published again, nothing is sent.
+- ``finish``: the terminal message is stored with the last call's outcome in one
+  transaction (first wins), then published once by ``Outbox``.
+
+Deadlines are absolute and fixed at the first delivery: the stored row's counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import structlog
+
+from shared.errors import FieldProblem, JobConflict, JobInvalid
+from shared.fingerprint import job_fingerprint
+from shared.job_parsing import job_deadline, parse_job
+from shared.jobs import AnyJob
+from shared.replies import TerminalMessage
+from shared.settings import Settings
+from worker.delivery.ledger_io import LedgerIO
+from worker.delivery.outbox import Outbox
+from worker.kinds.image_store import resolve_refs
+from worker.ledger import CallOutcome, JobRow
+from worker.observability.observer import Observer
+from worker.process.faults import fault_point
+
+__all__ = ["JobLifecycle", "TerminalMessage"]
+
+log = structlog.get_logger("decisions.delivery")
+
+P = TypeVar("P")
+
+
+class JobLifecycle:
+    """Validate, open, replay, finish and publish jobs, for every job kind."""
+
+    settings: Settings
+    ledger: LedgerIO
+    outbox: Outbox
+    observer: Observer
+
+    async def hold_through_outage(self, write: Callable[[], Awaitable[P]], operation: str) -> P:
+        raise NotImplementedError  # CallProtocol's
+
+    def deadline(self, job: AnyJob) -> datetime:
+        """The job's absolute deadline, from the ledger's clock (never a producer's)."""
+        return job_deadline(
+            job,
+            default_s=self.settings.default_timeout_s,
+            ceiling_s=self.settings.deadline_ceiling_s,
+            now=self.ledger.now(),
+        )
+
+    def open_args(self, job: AnyJob, deadline: datetime | None = None) -> dict[str, Any]:
+        return {
+            "job_id": job.id,
+            "kind": job.kind,
+            "batch": job.batch,
+            "reply_to": job.reply_to,
+            "fingerprint": job_fingerprint(job),
+            "deadline": deadline or self.deadline(job),
+            "job_json": job.model_dump_json(),
+        }
+
+    async def validate(self, raw: Any, plan: Callable[[AnyJob], P]) -> tuple[AnyJob, P] | str:
+        """The job and its kind's plan; or, for a job that is not valid, ``"rejected"``
+        (its message published, naming each field)."""
+        try:
+            job = parse_job(raw)
+            # Image refs are fetched (from the allowlisted stores only) for the plan; the
+            # job, its row and its fingerprint keep the refs.
+            return job, plan(await resolve_refs(job, self.settings))
+        except JobInvalid as exc:
+            return await self.outbox.reject(raw, exc.problems)
+
+    async def open(self, raw: Any, job: AnyJob) -> JobRow | str:
+        """The job's open row; or its terminal type, when it was rejected (same id, other
+        content) or replayed (finished before: the stored message is published again)."""
+        try:
+            row = await self.ledger.open_job(job=self.open_args(job))
+        except JobConflict as exc:
+            return await self.outbox.reject(raw, [FieldProblem("id", str(exc))])
+        if row.finished:
+            return await self.replay(row, job)
+        return row
+
+    async def replay(self, row: JobRow, job: AnyJob) -> str:
+        log.info("job.replayed", job_id=job.id, kind=job.kind, outcome=row.terminal_type)
+        return await self.outbox.publish(row, job.reply_to)
+
+    async def finish(
+        self,
+        job: AnyJob,
+        message: TerminalMessage,
+        outcome: CallOutcome | None,
+        *,
+        provider: str,
+    ) -> JobRow:
+        """Store the terminal message (with the last call's outcome, if any) in one
+        transaction; the stored row, which may be another delivery's (first wins).
+        ``ClaimLost`` if ``outcome``'s call was booked by another delivery meanwhile."""
+        reason = getattr(message, "reason", None)
+
+        async def write() -> JobRow:
+            return await self.ledger.finish_job(
+                job_id=job.id,
+                message_type=message.type,
+                reason=reason,
+                message_json=message.to_json(),
+                outcome=outcome,
+            )
+
+        if outcome is None:
+            row = await write()
+        else:
+            # The outcome may have been paid for: held through a ledger outage.
+            row = await self.hold_through_outage(write, f"finish {job.id}")
+        fault_point("after_record", job.id)
+        self.observer.job_finished(job.kind, provider, message.type, reason)
+        return row
+
+    async def publish(self, row: JobRow, stream: str) -> str:
+        return await self.outbox.publish(row, stream)

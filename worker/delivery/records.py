@@ -1,0 +1,143 @@
+"""What a call came to, as the ledger stores it and as receipts show it.
+
+- ``call_status``: a failure's call status, by the one error-code → call-status map
+  (``CALL_STATUS``, defined with the providers, which stamp their receipts with it), and
+  ``failure_reason``: the escalation a failure means.
+- ``SentCall``: the result of sending one claimed call; ``outcome_of`` the ``CallOutcome``
+  the ledger records for it.
+- ``stored_receipt``/``stored_answers``: a settled call read back (replayed, never re-sent).
+- ``lost_cost``: what a call lost with its worker is booked at (the provider's rule).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Final
+
+from shared.errors import DecisionProviderError, ProviderErrorCode
+from shared.outcomes import CALL_STATUS, call_status
+from shared.replies import Answer, CallStatus, EscalationReason, Receipt
+from worker.ledger import CallOutcome, CallRow
+from worker.providers.base import DecisionProvider, PreparedRequest
+
+__all__ = [
+    "CALL_STATUS",
+    "LostCost",
+    "SentCall",
+    "answers_json_of",
+    "bare_receipt",
+    "call_status",
+    "failure_reason",
+    "lost_cost",
+    "outcome_of",
+    "stored_answers",
+    "stored_receipt",
+]
+
+#: The escalation a provider failure means; every other code is ``provider_error``.
+_REASON: Final[dict[ProviderErrorCode, EscalationReason]] = {
+    "outcome_unknown": "decision_interrupted",
+    "timeout": "deadline_exceeded",
+}
+
+
+def failure_reason(error: DecisionProviderError) -> EscalationReason:
+    return _REASON.get(error.code, "provider_error")
+
+
+def outcome_of(
+    status: str, receipt: Receipt, outcome_json: str | None, error_code: str | None
+) -> CallOutcome:
+    """The ledger's record of a call: its status, receipt, stored outcome and cost."""
+    return CallOutcome(
+        step=receipt.step,
+        status=status,  # type: ignore[arg-type]
+        receipt_json=receipt.model_dump_json(),
+        outcome_json=outcome_json,
+        cost_usd=receipt.cost_usd,
+        cost_basis=receipt.cost_basis,
+        error_code=error_code,
+    )
+
+
+@dataclass(frozen=True)
+class SentCall:
+    """What sending one claimed call came to: its ledger status, receipt and answers."""
+
+    status: CallStatus
+    receipt: Receipt
+    answers: dict[str, Answer] | None = None
+    #: Why the job escalates when the call brought no answers.
+    reason: EscalationReason = "provider_error"
+    detail: str = ""
+    error_code: str | None = None
+    cancelled: bool = False
+
+    def outcome(self) -> CallOutcome:
+        answers_json = None if self.answers is None else answers_json_of(self.answers)
+        return outcome_of(self.status, self.receipt, answers_json, self.error_code)
+
+
+def answers_json_of(answers: dict[str, Answer]) -> str:
+    """Answers as a call's ``outcome_json`` stores them (``stored_answers`` reads them)."""
+    return json.dumps({qid: a.model_dump(mode="json") for qid, a in answers.items()})
+
+
+def stored_answers(call: CallRow) -> dict[str, Answer] | None:
+    """The decoded answers an ``answered`` call stored; None for any other call."""
+    if call.status != "answered" or not call.outcome_json:
+        return None
+    return {qid: Answer.model_validate(a) for qid, a in json.loads(call.outcome_json).items()}
+
+
+def bare_receipt(
+    provider: DecisionProvider,
+    prepared: PreparedRequest,
+    error: DecisionProviderError | None,
+    step: str,
+) -> Receipt:
+    """A receipt for a call whose provider gave none (a failure before any response)."""
+    return Receipt(
+        step=step,
+        provider=provider.name,
+        model=prepared.model,
+        status="unknown",
+        request_sha256=prepared.request_sha256,
+        cost_usd=error.cost_usd if error else None,
+        cost_basis=error.cost_basis if error else None,
+        transport_attempts=error.attempts if error else 0,
+        ref_id=error.ref_id if error else None,
+    )
+
+
+def stored_receipt(call: CallRow) -> Receipt:
+    """The receipt of a settled call, marked ``replayed``."""
+    if call.receipt_json:
+        return Receipt.model_validate_json(call.receipt_json).model_copy(
+            update={"replayed": True, "status": call.status}
+        )
+    return Receipt(
+        step=call.step,
+        provider=call.provider,
+        model=call.model,
+        status=call.status,
+        request_sha256=call.request_sha256,
+        cost_usd=call.cost_usd,
+        cost_basis=call.cost_basis,
+        error_code=call.error_code,
+        replayed=True,
+    )
+
+
+LostCost = tuple[float | None, str | None]
+
+
+def lost_cost(provider: DecisionProvider, prepared: PreparedRequest) -> LostCost:
+    """What a request lost with its worker is booked at: the provider's rule for an unknown
+    outcome (Parallel: its list price as an estimate; OpenRouter: unknown)."""
+    rule = getattr(provider, "unknown_cost", None)
+    if rule is None:
+        return None, None
+    cost = rule(prepared)
+    return cost.usd, cost.basis

@@ -1,0 +1,125 @@
+"""One job's ledger calls, one step at a time: claim (committed) ─▶ send ─▶ record.
+
+Each planned request is its own ledger call keyed ``(job id, step)``. A step is sent only by
+the delivery whose claim is fresh; any other delivery replays what is stored (``answered``,
+``failed``), waits out a live claim, or, for a claim whose lease ran out or an ``unknown``
+row, reports the step interrupted: it is never sent again. So a job redelivered after a
+crash between two of its requests sends none of those already claimed, and each of the
+rest once.
+
+A step due after the job's deadline is not sent (``late``), unless an earlier delivery left
+an outcome for it, which counts.
+
+A stored call whose request is not the one this delivery planned (its digest differs: the
+worker's settings changed between deliveries, so the items were packed otherwise) is not
+replayed as if it were: its answers could belong to other items. It counts as interrupted
+(never sent again), so a person sees those items.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from datetime import datetime
+
+from shared.jobs import AnyJob
+from shared.judgments.steps import StepResult
+from worker.delivery import Delivery, stored_answers, stored_receipt
+from worker.kinds.judgments.plan import PlannedCall
+from worker.ledger import BudgetRefusal, CallRow, ClaimLost, JobRow
+from worker.process.faults import fault_point
+
+__all__ = ["JobCalls"]
+
+
+class JobCalls:
+    """The calls of one delivery of one job."""
+
+    def __init__(
+        self, delivery: Delivery, job_id: str, deadline: datetime, job: AnyJob | None = None
+    ) -> None:
+        self.delivery = delivery
+        self.job_id = job_id
+        self.deadline = deadline
+        #: The job, whose batch's budget (and the fleet's daily ceilings) each step reserves
+        #: against; None: no budget applies.
+        self.job = job
+
+    async def call(self, planned: PlannedCall) -> StepResult | JobRow:
+        """The step's result; or the job's row if another delivery finished the job meanwhile."""
+        delivery, step = self.delivery, planned.step
+        if delivery.is_late(self.deadline):
+            earlier = await delivery.earlier_call(self.job_id, step)
+            if earlier is not None:
+                return await self._settle(planned, earlier)
+            return StepResult(
+                step, "late", None, reason="deadline_exceeded",
+                detail=f"{step} was due after the job's deadline; not sent",
+            )
+        claim = await delivery.claim(
+            self.job_id,
+            step,
+            provider=planned.provider.name,
+            model=planned.prepared.model,
+            request_sha256=planned.prepared.request_sha256,
+            deadline=self.deadline,
+            budget=None
+            if self.job is None
+            else delivery.budget(self.job, planned.provider, planned.prepared),
+        )
+        if isinstance(claim, JobRow):
+            return claim
+        if isinstance(claim, BudgetRefusal):
+            # Nothing claimed, nothing sent: the step did not fit the budget.
+            return StepResult(
+                step, "not_sent", None, reason="budget_exhausted", detail=claim.detail()
+            )
+        if not claim.fresh:
+            return await self._settle(planned, claim.call)
+        fault_point("after_claim", self.job_id)
+        sent = await delivery.send(
+            planned.provider, planned.prepared, self.deadline, step=step, job_id=self.job_id
+        )
+        outcome = replace(sent.outcome(), claims=claim.call.claims)  # onto this claim only
+        fault_point("after_response", self.job_id)
+        record = delivery.record(self.job_id, outcome)
+        try:
+            # A cancel must not unwind past an unrecorded send: record it, then let it go on.
+            await (asyncio.shield(record) if sent.cancelled else record)
+        except ClaimLost as lost:
+            # Our lease ran out mid-call and another delivery booked it: its verdict stands.
+            if sent.cancelled:
+                raise asyncio.CancelledError from None
+            return await self._settle(planned, lost.call)
+        if sent.cancelled:
+            raise asyncio.CancelledError
+        return StepResult(
+            step, sent.status, sent.receipt, sent.answers, sent.reason, sent.detail
+        )
+
+    async def _settle(self, planned: PlannedCall, call: CallRow) -> StepResult | JobRow:
+        step = planned.step
+        settled = await self.delivery.await_claim(self.job_id, step, call)
+        if isinstance(settled, JobRow):
+            return settled
+        receipt = stored_receipt(settled)
+        if settled.request_sha256 != planned.prepared.request_sha256:
+            return StepResult(
+                step, "unknown", receipt, reason="decision_interrupted",
+                detail=f"{step} was sent by an earlier delivery as another request "
+                "(the worker's settings changed); it is never sent again",
+            )
+        answers = stored_answers(settled)
+        if answers is not None:
+            return StepResult(step, "answered", receipt, answers)
+        if settled.status == "failed":
+            return StepResult(
+                step, "failed", receipt, detail=f"{step}: the provider failed: {settled.error_code}"
+            )
+        if settled.status == "not_sent":
+            return StepResult(step, "not_sent", receipt, detail=f"{step} was not sent")
+        return StepResult(
+            step, "unknown", receipt, reason="decision_interrupted",
+            detail=f"{step} was interrupted with the request possibly sent; "
+            "it is never sent again",
+        )

@@ -1,0 +1,33 @@
+"""Prices the worker knows and a producer's machine may not: the faux's, per model.
+
+``shared.estimate`` prices the faux at its default model's price; the worker side reads the
+faux catalog (``worker.testing.faux.catalog``), so a dry run of jobs that name another faux model
+(a verification with ``typesafe/jev-1.14``, say) is priced as the faux will book it.
+"""
+
+from __future__ import annotations
+
+from shared.prices import FAUX_PRICE_PER_MTOK_USD, Price
+from worker import fakes
+
+__all__ = ["faux_price", "parse_price"]
+
+
+def faux_price() -> Price:
+    # Through the door: a production command loads the faux's catalog only when asked.
+    per_model = fakes.faux_catalog_prices()
+    return Price(per_mtok_usd=FAUX_PRICE_PER_MTOK_USD, per_model_mtok_usd=per_model)
+
+
+def parse_price(text: str) -> tuple[str, Price]:
+    """``PROVIDER=USD`` per million input tokens, or ``PROVIDER=USD/request``."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise ValueError(f"{text!r}: expected PROVIDER=USD_PER_MTOK or PROVIDER=USD/request")
+    amount = value.strip()
+    per_request = amount.endswith("/request")
+    usd = float(amount.removesuffix("/request"))
+    if usd < 0:
+        raise ValueError(f"{text!r}: a price is not negative")
+    price = Price(per_request_usd=usd) if per_request else Price(per_mtok_usd=usd)
+    return name.strip(), price

@@ -1,0 +1,63 @@
+"""The ledger's budget methods (``Ledger`` inherits them): set, read and resume budgets,
+each in one committed transaction. Reserving and settling happen inside the claim's and the
+record's own transactions (``call_ops``, ``budget_ops``), never here."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from datetime import datetime
+
+from sqlalchemy.engine import Connection
+
+from worker.ledger import budget_ops
+from worker.ledger.budget_report import budget_status, live_budgets
+from worker.ledger.rows import BudgetStatus, JobRow
+
+__all__ = ["BudgetMethods"]
+
+
+class BudgetMethods:
+    """Budget methods over ``transaction`` and ``now`` (``Ledger``'s)."""
+
+    def transaction(self, *, read_only: bool = False) -> AbstractContextManager[Connection]:
+        raise NotImplementedError
+
+    def now(self) -> datetime:
+        raise NotImplementedError
+
+    def set_budget(self, batch: str, usd: float) -> BudgetStatus:
+        """Set the batch's budget (raise or lower it; lowering cancels nothing already sent,
+        it only refuses later requests); its figures after."""
+        scope = budget_ops.batch_scope(batch)
+        with self.transaction() as conn:
+            budget_ops.set_limit(conn, scope, usd, self.now())
+            found = budget_status(conn, scope)
+        assert found is not None
+        return found
+
+    def budget(self, batch: str) -> BudgetStatus | None:
+        """The batch's budget figures; None if it has no budget."""
+        with self.transaction(read_only=True) as conn:
+            return budget_status(conn, budget_ops.batch_scope(batch))
+
+    def budget_of_scope(self, scope: str) -> BudgetStatus | None:
+        with self.transaction(read_only=True) as conn:
+            return budget_status(conn, scope)
+
+    def budgets(self, limit: int = 50) -> list[BudgetStatus]:
+        """The budgets changed most recently, with their figures."""
+        with self.transaction(read_only=True) as conn:
+            return live_budgets(conn, limit)
+
+    def exhausted_jobs(self, batch: str) -> list[str]:
+        """Ids of the batch's jobs escalated ``budget_exhausted``."""
+        with self.transaction(read_only=True) as conn:
+            return budget_ops.exhausted_jobs(conn, batch)
+
+    def reopen_exhausted(
+        self, batch: str, *, exclude: frozenset[str] = frozenset()
+    ) -> list[JobRow]:
+        """Reopen the batch's jobs escalated ``budget_exhausted`` (and those reopened before
+        and not finished yet), but those in ``exclude``, for ``decisions budget resume``."""
+        with self.transaction() as conn:
+            return budget_ops.reopen_exhausted(conn, batch, self.now(), exclude=exclude)

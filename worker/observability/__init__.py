@@ -1,0 +1,7 @@
+"""Observability: the runner's observer seam, Prometheus metrics and OpenTelemetry spans."""
+
+__all__ = [
+    "metrics",
+    "observer",
+    "tracing",
+]

@@ -1,0 +1,169 @@
+"""Fleet-wide figures, read cheaply: the ledger's call states, the escalations still open,
+the Celery queue's depth and the workers answering. ``decisions status`` prints them and
+each worker's metrics endpoint exports the first two at scrape time.
+
+Cheap means: the ledger is asked two indexed counts (calls by status over their index; the
+outbox backlog over its partial index), Redis one XINFO and one XPENDING summary, the broker
+one passive queue declaration. Nothing here loads a row or mutates anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+from celery import Celery
+
+from shared import keys
+from shared.escalations import QUEUE_CONSUMER
+from worker.ledger import Ledger
+from worker.ledger.reads import call_gauges
+
+__all__ = [
+    "EscalationCounts",
+    "LedgerGauges",
+    "QueueDepth",
+    "WorkerInfo",
+    "escalation_counts",
+    "ledger_gauges",
+    "queue_depth",
+    "workers",
+]
+
+
+@dataclass(frozen=True)
+class LedgerGauges:
+    calls_by_status: dict[str, int] = field(default_factory=dict)
+    #: Claimed calls whose lease ran out: a worker died mid-call; the reaper settles them.
+    claims_expired: int = 0
+    #: Finished jobs whose terminal message is not on its stream yet (the outbox backlog).
+    jobs_unpublished: int = 0
+
+    @property
+    def in_flight(self) -> int:
+        return self.calls_by_status.get("claimed", 0)
+
+
+def ledger_gauges(ledger: Ledger, now: datetime | None = None) -> LedgerGauges:
+    gauges = call_gauges(ledger, now or datetime.now(UTC))
+    return LedgerGauges(
+        calls_by_status=gauges.calls_by_status,
+        claims_expired=gauges.claims_expired,
+        jobs_unpublished=gauges.jobs_unpublished,
+    )
+
+
+@dataclass(frozen=True)
+class EscalationCounts:
+    #: Open and held by no reviewer.
+    waiting: int
+    #: Claimed by a reviewer, not resolved yet.
+    claimed: int
+
+    @property
+    def open(self) -> int:
+        return self.waiting + self.claimed
+
+
+def escalation_counts(
+    client: redis.Redis,
+    *,
+    stream: str = keys.ESCALATION_STREAM,
+    group: str = keys.ESCALATION_GROUP,
+) -> EscalationCounts:
+    """Open escalations: entries not yet handed to the group, plus those pending in it."""
+    try:
+        groups: Any = client.xinfo_groups(stream)
+    except redis.ResponseError:
+        return EscalationCounts(0, 0)  # no stream: nothing was ever escalated
+    info = next((g for g in groups if _text(g["name"]) == group), None)
+    if info is None:
+        # No reviewer has looked yet: every entry is waiting.
+        return EscalationCounts(int(client.xlen(stream)), 0)
+    lag = info.get("lag")
+    if lag is None:
+        # Redis cannot tell after deletions in the stream: count what follows the last read.
+        last = _text(info["last-delivered-id"])
+        lag = len(client.xrange(stream, min=f"({last}", max="+"))  # type: ignore[arg-type]
+    summary: Any = client.xpending(stream, group)
+    queued = sum(
+        int(c["pending"])
+        for c in summary.get("consumers") or []
+        if _text(c["name"]) == QUEUE_CONSUMER
+    )
+    pending = int(summary.get("pending") or 0)
+    return EscalationCounts(waiting=int(lag) + queued, claimed=pending - queued)
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    queue: str
+    #: Messages waiting in the queue (not yet delivered to a worker).
+    ready: int
+    #: Redis only: messages delivered to some worker and not acknowledged yet, fleet-wide.
+    unacked: int | None = None
+    #: RabbitMQ only: consumers attached to the queue.
+    consumers: int | None = None
+
+
+def queue_depth(celery_app: Celery, queue: str = keys.CELERY_QUEUE) -> QueueDepth:
+    """The Celery queue's depth through the broker's own client (Redis lists or AMQP)."""
+    with celery_app.connection_for_read() as conn:
+        conn.ensure_connection(max_retries=1)
+        channel = conn.channel()
+        try:
+            try:
+                _name, ready, consumers = channel.queue_declare(queue=queue, passive=True)
+            except conn.channel_errors:
+                # Redis deletes an empty list; RabbitMQ has no queue until a worker declares it.
+                ready, consumers = 0, None
+                channel = _reopened(conn, channel)
+            if conn.transport.driver_type == "redis":
+                unacked = int(channel.client.hlen(channel.unacked_key))
+                return QueueDepth(queue, int(ready), unacked=unacked)
+            return QueueDepth(
+                queue, int(ready), consumers=None if consumers is None else int(consumers)
+            )
+        finally:
+            channel.close()
+
+
+def _reopened(conn: Any, channel: Any) -> Any:
+    # AMQP closes a channel on NOT_FOUND; a virtual transport's channel stays usable.
+    if getattr(channel, "is_open", True):
+        return channel
+    channel.close()
+    return conn.channel()
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    name: str
+    concurrency: int | None
+    processes: int
+    tasks_done: int
+    uptime_s: int | None
+
+
+def workers(celery_app: Celery, *, timeout_s: float = 1.0) -> list[WorkerInfo]:
+    """Every worker answering ``celery inspect stats`` within ``timeout_s``."""
+    replies: Any = celery_app.control.inspect(timeout=timeout_s).stats() or {}
+    found = []
+    for name, stats in sorted(replies.items()):
+        pool = stats.get("pool") or {}
+        found.append(
+            WorkerInfo(
+                name=name,
+                concurrency=pool.get("max-concurrency"),
+                processes=len(pool.get("processes") or []),
+                tasks_done=sum(int(n) for n in (stats.get("total") or {}).values()),
+                uptime_s=stats.get("uptime"),
+            )
+        )
+    return found
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,86 @@
+"""The worker's Redis broker transport: kombu's, with one failure on a Redis restart mended.
+
+When Redis goes away while the consumer's channel is waiting in ``BRPOP``, Celery collects
+the broken connection: kombu closes the channel, which fails on the dead socket before it is
+marked closed, then detaches the transport from its connection (``transport.client =
+None``). Celery then closes the connection once more; the channel, still open, tries to put
+its unacknowledged messages back, needs a Redis client, and reads the host from the detached
+``client``: ``AttributeError``, which Celery does not count as a connection error, so it
+ends the worker ("Unrecoverable error") instead of reconnecting. Reproduced by
+tests/faults/test_loop_pool.py's Redis restart on a loaded machine.
+
+A message taken before the loss and finished after it (the loop pool runs on while the
+consumer reconnects) is acknowledged on that closed channel: the same ``AttributeError``.
+
+This channel skips that second restore, and such late acknowledgements, when its
+transport is detached: the messages stay in kombu's unacknowledged set in Redis, where the
+visibility timeout puts them back (as after a ``kill -9``), and the worker reconnects.
+Everything else is kombu's own transport; it is subclassed rather than patched, so the
+channels of other transports are untouched; ``worker.app`` installs it for ``redis://`` and
+``rediss://`` (``install``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kombu import transport as kombu_transports
+from kombu.transport import redis as kombu_redis
+
+__all__ = ["TRANSPORT", "Channel", "Transport", "install"]
+
+log = logging.getLogger("decisions.broker")
+
+#: The class ``redis://`` and ``rediss://`` name in the worker's process.
+TRANSPORT = "worker.process.broker:Transport"
+
+
+def install() -> None:
+    """``redis://`` and ``rediss://`` brokers use this transport in this process.
+
+    By kombu's alias table rather than Celery's ``broker_transport``: the URL keeps its
+    scheme, so kombu's TLS handling of ``rediss://`` and the "Connected to redis://..." line
+    operators grep for stay as they are.
+    """
+    for scheme in ("redis", "rediss"):
+        kombu_transports.TRANSPORT_ALIASES[scheme] = TRANSPORT
+
+
+class Channel(kombu_redis.Channel):
+    def close(self) -> None:
+        transport = self.connection
+        if not self.closed and transport is not None and transport.client is None:
+            # A first close failed on the dead socket and the transport was detached since:
+            # no client can be made to restore with (see the module's docstring).
+            self.qos.restore_at_shutdown = False
+            log.warning(
+                "broker.unacked_left: Redis went away during a poll; this channel's "
+                "unacknowledged messages return after the visibility timeout"
+            )
+        super().close()
+
+
+    def basic_ack(self, delivery_tag: str, multiple: bool = False) -> None:
+        if self._lost():
+            # A message taken before the connection was lost and finished after: its ack
+            # would need a client of the closed channel (AttributeError, which ends the
+            # worker). Left unacknowledged, it comes back after the visibility timeout and
+            # the ledger answers it with its stored outcome: nothing is sent again.
+            log.warning("broker.ack_after_loss: %s is left for redelivery", delivery_tag)
+            return
+        super().basic_ack(delivery_tag, multiple=multiple)
+
+    def basic_reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        if self._lost():
+            log.warning("broker.reject_after_loss: %s is left for redelivery", delivery_tag)
+            return
+        super().basic_reject(delivery_tag, requeue=requeue)
+
+    def _lost(self) -> bool:
+        """Closed with its connection, or its transport detached by a collect."""
+        transport = self.connection
+        return transport is None or transport.client is None
+
+
+class Transport(kombu_redis.Transport):
+    Channel = Channel

@@ -1,0 +1,182 @@
+"""A guard in front of Celery's task strategy: no message can stop the worker or reach its
+pool unchecked.
+
+Celery's worker unpacks a task message in its main process and hands it to a pool process
+by pickling the decoded arguments. Whatever a message holds must survive that:
+
+- **Bodies are strict JSON.** ``use_strict_json`` registers ``shared.strict_json``'s reader
+  as kombu's ``application/json`` decoder, when the task is registered (so in the main
+  process and in every pool process it forks): a body that is not UTF-8 or not JSON, or
+  nests too deep to parse, is a ``DecodeError``, which Celery logs and drops; NaN and
+  duplicate keys are marked for the job's check to name.
+- **Shape.** A body of any other shape than ``[args, kwargs, embed]`` under a known task
+  name (seen: ``{"not": "a task body"}``) raised ``ValueError`` there, which Celery treats as
+  unrecoverable: the worker exited and the message stopped the next worker too. Such a
+  message, and headers or arguments too deep or too large to hand on, raise
+  ``InvalidTaskError``, which Celery answers by logging and dropping the message.
+- **Jobs.** Every job is checked against the input limits (``shared.limits.job_problems``,
+  the same check as ``Client``'s) on the decoded body. A job that breaks one (a state 600
+  levels deep raised ``RecursionError`` while pickling and killed the worker; 300 deep was
+  lost in pydantic's serialisation) is replaced by a small refused job carrying its id,
+  reply stream and problems, and the body is re-encoded: its pool process publishes the
+  ``rejected`` reply as for any invalid job, and the rest of the chunk goes on.
+- Anything else Celery raises while taking the message in becomes ``InvalidTaskError``
+  (never a dead worker); connection errors go on to Celery, which reconnects.
+
+Each refusal is a log line (``task.poison``) and ``decisions_poison_total{reason}``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, Final
+
+import structlog
+from celery.exceptions import InvalidTaskError
+from celery.worker.strategy import default
+from kombu import serialization
+from kombu.exceptions import ContentDisallowed, DecodeError
+from kombu.transport import redis as redis_transport
+from kombu.utils import json as kombu_json
+
+from shared import strict_json
+from shared.limits import Limits, current_limits, job_problems, refused_job
+from worker.observability.metrics.families import families
+
+__all__ = [
+    "POISON_REASONS",
+    "checked_strategy",
+    "contain",
+    "envelope_loads",
+    "malformed",
+    "use_strict_json",
+]
+
+log = structlog.get_logger("decisions.guard")
+
+#: The ``reason`` label values of ``decisions_poison_total`` (a fixed set).
+POISON_REASONS: Final = (
+    "undecodable",
+    "disallowed_content",
+    "malformed",
+    "oversize_headers",
+    "job_refused",
+    "unexpected_error",
+)
+#: Headers are Celery's own few fields: far below this.
+MAX_HEADER_BYTES: Final = 64 * 1024
+
+
+def use_strict_json() -> None:
+    """Decode ``application/json`` task bodies with ``shared.strict_json`` (this process and
+    the pool processes it forks later), and let the Redis transport read any envelope.
+
+    The Redis transport decodes each message's envelope (headers, properties) itself, before
+    any strategy runs: an envelope pushed by hand with headers 3,000 levels deep raised
+    ``RecursionError`` there, an "Unrecoverable error" that stopped the worker. Its ``loads``
+    is replaced by one that reads such an envelope with the deep values cut out
+    (``strict_json.clip_deep``); the guard then drops the message for its headers.
+    """
+    serialization.register("json", kombu_json.dumps, strict_json.loads, "application/json", "utf-8")
+    redis_transport.loads = envelope_loads  # type: ignore[assignment]
+
+
+def envelope_loads(data: Any, *args: Any, **kwargs: Any) -> Any:
+    """``kombu.utils.json.loads``, reading text too deep for the parser around its depths."""
+    try:
+        return kombu_json.loads(data, *args, **kwargs)
+    except RecursionError:
+        text = data if isinstance(data, str) else bytes(data).decode("utf-8", "replace")
+        return kombu_json.loads(strict_json.clip_deep(text), *args, **kwargs)
+
+
+def malformed(message: Any) -> str | None:
+    """What is wrong with a protocol 2 task message's shape, or None."""
+    headers = message.headers
+    if not isinstance(headers.get("id"), str):
+        return "no task id in the headers"
+    timelimit = headers.get("timelimit")
+    if timelimit and not (isinstance(timelimit, list | tuple) and len(timelimit) == 2):
+        return "timelimit is not a (soft, hard) pair"
+    # Undecodable or disallowed content (pickle) raises here, handled by Celery as usual.
+    payload = message.payload
+    if not (isinstance(payload, list | tuple) and len(payload) == 3):
+        return f"the body is not [args, kwargs, embed] but {type(payload).__name__}"
+    args, kwargs, embed = payload
+    if not isinstance(args, list | tuple) or not isinstance(kwargs, dict):
+        return "the body's args are not a list or its kwargs not an object"
+    if embed is not None and not isinstance(embed, dict):
+        return "the body's embed is not an object"
+    return None
+
+
+def contain(payload: Any, limits: Limits) -> tuple[str | None, int]:
+    """Check a well-shaped body: (what makes the whole message unusable or None, how many
+    jobs were replaced by refused jobs, in place)."""
+    args, kwargs, embed = payload
+    rest = [args, embed, {k: v for k, v in kwargs.items() if k != "jobs"}]
+    found = strict_json.measure(rest, max_depth=limits.depth, max_bytes=limits.job_bytes)
+    if found.problem is not None:
+        return f"arguments: {found.problem[1]}", 0
+    if "jobs" not in kwargs:
+        return None, 0
+    jobs = kwargs["jobs"]
+    if not isinstance(jobs, list):  # the task takes a lone job as a chunk of one
+        jobs = kwargs["jobs"] = [jobs]
+    refused = 0
+    for index, raw in enumerate(jobs):
+        problems = job_problems(raw, limits)
+        if problems:
+            jobs[index] = refused_job(raw, problems)
+            refused += 1
+    return None, refused
+
+
+def _poison(reason: str, task: str, detail: str, count: int = 1) -> None:
+    log.warning("task.poison", reason=reason, task=task, detail=detail[:300])
+    families().poison.labels(reason=reason).inc(count)
+
+
+def checked_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Callable[..., Any]:
+    """Celery's default strategy behind the guard (``Task.Strategy`` points here)."""
+    handle = default(task, app, consumer, **kwargs)
+    connection_errors = tuple(getattr(consumer, "connection_errors", ()) or ())
+    limits = current_limits()
+
+    def task_message_handler(
+        message: Any, body: Any, ack: Any, reject: Any, callbacks: Any, **options: Any
+    ) -> Any:
+        try:
+            message.payload  # noqa: B018 - decoded once here, cached by kombu for Celery
+        except DecodeError as exc:
+            _poison("undecodable", task.name, str(exc))
+            raise
+        except ContentDisallowed as exc:
+            _poison("disallowed_content", task.name, str(exc))
+            raise
+        problem = malformed(message)
+        if problem is None:
+            headers = strict_json.measure(
+                dict(message.headers), max_depth=limits.depth, max_bytes=MAX_HEADER_BYTES
+            )
+            if headers.problem is not None:
+                _poison("oversize_headers", task.name, headers.problem[1])
+                raise InvalidTaskError(f"{task.name}: headers: {headers.problem[1]}")
+            problem, refused = contain(message.payload, limits)
+            if refused:
+                _poison("job_refused", task.name, f"{refused} job(s) refused", refused)
+                # The pool decodes the body again: it gets the refused jobs, not the originals.
+                message.body = json.dumps(message.payload, ensure_ascii=False).encode("utf-8")
+        if problem is not None:
+            _poison("malformed", task.name, problem)
+            raise InvalidTaskError(f"{task.name}: {problem}")
+        try:
+            return handle(message, body, ack, reject, callbacks, **options)
+        except (InvalidTaskError, ContentDisallowed, DecodeError, *connection_errors):
+            raise
+        except Exception as exc:  # never a dead worker for one message
+            _poison("unexpected_error", task.name, f"{type(exc).__name__}: {exc}")
+            raise InvalidTaskError(f"{task.name}: {type(exc).__name__}") from None
+
+    return task_message_handler
