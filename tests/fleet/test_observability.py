@@ -261,7 +261,9 @@ def celery(rig: Rig, *args: str) -> Any:
 
 def test_decisions_status_and_celery_inspect_during_a_batch(rig: Rig) -> None:
     batch = jobs("obs-e", 4)
-    patch_faux(rig.faux_url, {"latency_ms": 6000})
+    # Long enough that the two running stay running while `decisions status` starts and asks
+    # (seconds on a loaded machine: at 6 s CI once saw all four already done).
+    patch_faux(rig.faux_url, {"latency_ms": 25000})
     client = rig.client()
     name = HOSTNAME.replace("%h", socket.gethostname())
     try:
