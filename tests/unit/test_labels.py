@@ -58,6 +58,17 @@ def test_a_resolution_labels_each_machine_answer() -> None:
     assert urgent.source == "escalation" and urgent.weight == 1.0 and urgent.reviewer == "ann"
 
 
+def test_a_noul_no_is_labelled_with_its_own_probability() -> None:
+    # A noul's probability is of yes: a confident "no" (p(yes) 0.04) was given at 0.96, and
+    # calibration must see 0.96, or a right "no" counts as a badly overconfident miss.
+    answers = {"urgent": Answer(type="noul", value=False, probability=0.04, confidence=0.92)}
+    message = escalation(job(), "low_confidence", "t", [RECEIPT], answers)
+    resolved = check_resolution(message, {"urgent": False, "team": "sales", "mood": 0})
+    (label,) = labels_of(message, resolved, "ann")
+    assert (label.machine_answer, label.correct) == (False, True)
+    assert (label.probability, label.confidence) == (0.96, 0.92)
+
+
 def test_a_refused_answer_is_not_labelled_and_true_is_not_a_score_of_one() -> None:
     answers = {**ANSWERS, "team": Answer(type="choice", refused=True)}
     message = escalation(job(), "decision_refused", "t", [RECEIPT], answers)
