@@ -109,7 +109,10 @@ def wilson(successes: float, n: float, level: float = DEFAULT_LEVEL) -> tuple[fl
     denominator = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denominator
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # The interval always holds p; at p = 1 (or 0) the closed form lands a rounding error
+    # inside it (0.9999999999999999 for 77 of 77), which would leave the estimate, and a true
+    # share of 1, outside its own interval.
+    return max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half))
 
 
 def weighted_share(

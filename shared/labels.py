@@ -115,7 +115,7 @@ def labels_of(
                 provider=receipt.provider if receipt else None,
                 model=receipt.model if receipt else None,
                 machine_answer=machine,
-                probability=answer.probability,
+                probability=_own_probability(answer),
                 confidence=answer.confidence,
                 human_answer=human,
                 correct=_same(machine, human),
@@ -133,6 +133,15 @@ def _machine_value(answer: Answer, question: dict[str, Any]) -> Any:
         levels = list(question.get("criteria") or [])
         return levels.index(answer.label) if answer.label in levels else None
     return answer.value
+
+
+def _own_probability(answer: Answer) -> float | None:
+    """The machine's probability of the answer it gave: a noul's ``probability`` is of yes,
+    so a "no" at 0.1 was given at 0.9 (calibration compares it with how often it is right)."""
+    p = answer.probability
+    if p is None or answer.type != "noul" or answer.value is not False:
+        return p
+    return round(1.0 - p, 12)  # 1 - 0.04 is 0.96, not 0.9600000000000001
 
 
 def _same(machine: Any, human: Any) -> bool:

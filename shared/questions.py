@@ -76,8 +76,8 @@ _ROUTING_FIELDS = {"escalate_below"}
 
 class CalibratedFloor(BaseModel):
     """``escalate_below`` as a target: the threshold ``decisions calibration`` suggests for
-    this question id, provider and model to reach ``calibrated`` accuracy on the results that
-    do not escalate, once enough labels exist; ``fallback`` until then."""
+    this question id and type, provider and model to reach ``calibrated`` accuracy on the
+    results that do not escalate, once enough labels exist; ``fallback`` until then."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -32,7 +32,12 @@ class ThresholdSource(Protocol):
     """Where a calibrated floor's threshold comes from (``worker.calibration.ThresholdBook``)."""
 
     def threshold(
-        self, question: str, floor: CalibratedFloor, provider: str, model: str | None
+        self,
+        question: str,
+        floor: CalibratedFloor,
+        provider: str,
+        model: str | None,
+        question_type: str | None = None,
     ) -> Threshold: ...
 
 
@@ -52,7 +57,9 @@ def floors(
                 value=floor.fallback, source="fallback", target=floor.calibrated, labels=0
             )
         else:
-            out[qid] = source.threshold(qid, floor, receipt.provider, receipt.model)
+            out[qid] = source.threshold(
+                qid, floor, receipt.provider, receipt.model, question_type=question.type
+            )
     return out
 
 

@@ -63,6 +63,16 @@ def test_wilson_by_hand() -> None:
     assert wilson(0, 0) == (0.0, 1.0)
 
 
+@pytest.mark.parametrize("n", [5, 18, 33.3, 41, 77, 100, 1000])
+def test_a_unanimous_share_is_inside_its_own_interval(n: float) -> None:
+    # The closed form gives 0.9999999999999999 for 77 of 77 and 2.8e-17 for 0 of 5: the
+    # estimate (and a true share of exactly 1 or 0) must not fall outside by a rounding error.
+    assert wilson(n, n)[1] == 1.0
+    assert wilson(0, n)[0] == 0.0
+    every = weighted_share([(True, 4.0)] * int(n))
+    assert every.value == 1.0 and every.low is not None and every.high == 1.0
+
+
 def test_small_case_every_figure_by_hand() -> None:
     labels = [
         Scored(correct=True, confidence=0.9, probability=0.95),

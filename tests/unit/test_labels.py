@@ -58,6 +58,17 @@ def test_a_resolution_labels_each_machine_answer() -> None:
     assert urgent.source == "escalation" and urgent.weight == 1.0 and urgent.reviewer == "ann"
 
 
+def test_a_noul_no_is_labelled_with_its_own_probability() -> None:
+    # A noul's probability is of yes: a confident "no" (p(yes) 0.04) was given at 0.96, and
+    # calibration must see 0.96, or a right "no" counts as a badly overconfident miss.
+    answers = {"urgent": Answer(type="noul", value=False, probability=0.04, confidence=0.92)}
+    message = escalation(job(), "low_confidence", "t", [RECEIPT], answers)
+    resolved = check_resolution(message, {"urgent": False, "team": "sales", "mood": 0})
+    (label,) = labels_of(message, resolved, "ann")
+    assert (label.machine_answer, label.correct) == (False, True)
+    assert (label.probability, label.confidence) == (0.96, 0.92)
+
+
 def test_a_refused_answer_is_not_labelled_and_true_is_not_a_score_of_one() -> None:
     answers = {**ANSWERS, "team": Answer(type="choice", refused=True)}
     message = escalation(job(), "decision_refused", "t", [RECEIPT], answers)
@@ -132,11 +143,14 @@ class Fixed:
     def __init__(self, value: float | None, labels: int) -> None:
         self.value, self.labels = value, labels
         self.asked: list[tuple[str, str, str | None]] = []
+        self.types: list[str | None] = []
 
-    def threshold(self, question: str, floor: CalibratedFloor, provider: str, model: str | None):  # type: ignore[no-untyped-def]
+    def threshold(self, question: str, floor: CalibratedFloor, provider: str, model: str | None,  # type: ignore[no-untyped-def]
+                  question_type: str | None = None):
         from shared.replies import Threshold
 
         self.asked.append((question, provider, model))
+        self.types.append(question_type)
         if self.value is None:
             return Threshold(value=floor.fallback, source="fallback", target=floor.calibrated,
                              labels=self.labels)
@@ -154,7 +168,7 @@ def test_the_verdict_uses_the_calibrated_threshold_and_says_so() -> None:
     source = Fixed(0.8, 412)
     message = verdict(calibrated_job(), answer, [RECEIPT], source)
     assert message.type == "escalation" and message.reason == "low_confidence"
-    assert source.asked == [("urgent", "faux", "m-1")]
+    assert source.asked == [("urgent", "faux", "m-1")] and source.types == ["noul"]
     used = message.receipts[0].thresholds
     assert used is not None and used["urgent"].model_dump() == {
         "value": 0.8, "source": "calibrated", "target": 0.95, "labels": 412
@@ -200,3 +214,38 @@ def test_the_threshold_book_reads_the_ledger_once_per_period(tmp_path: Path) -> 
         assert book.queries == 2
         other = book.threshold("urgent", floor, "faux", "m-2")  # another model: its own labels
         assert other.source == "fallback" and other.labels == 0
+
+
+def test_a_question_id_reused_with_another_type_is_another_question(tmp_path: Path) -> None:
+    # "urgent" labelled as a yes/no must not set the floor of an "urgent" asked as a choice,
+    # nor share its figures: the groups and the calibrated threshold are per type too.
+    from shared.labels import Label
+    from worker.calibration import group_reports
+
+    at = datetime.now(UTC)
+    rows = [
+        (Label(job_id=f"j{i}", question_id="urgent", question_type="noul", provider="faux",
+               model="m-1", machine_answer=True, probability=0.9, confidence=c,
+               human_answer=c >= 0.5, correct=c >= 0.5, reviewer="r", source="audit",
+               reason="audit"), at, None)
+        for i, c in enumerate(x / 100 for x in range(100))
+    ] + [
+        (Label(job_id=f"k{i}", question_id="urgent", question_type="choice", provider="faux",
+               model="m-1", machine_answer="yes", probability=0.9, confidence=0.9,
+               human_answer="no", correct=False, reviewer="r", source="audit",
+               reason="audit"), at, None)
+        for i in range(5)
+    ]
+    floor = CalibratedFloor(calibrated=0.9, fallback=0.4)
+    with Ledger(f"sqlite:///{tmp_path / 'l.db'}") as ledger:
+        ledger.migrate()
+        assert ledger.store_labels(rows) == 105
+        book = ThresholdBook(ledger, ttl_s=60, min_labels=30)
+        noul = book.threshold("urgent", floor, "faux", "m-1", question_type="noul")
+        assert (noul.source, noul.value, noul.labels) == ("calibrated", 0.45, 100)
+        choice = book.threshold("urgent", floor, "faux", "m-1", question_type="choice")
+        assert (choice.source, choice.value, choice.labels) == ("fallback", 0.4, 5)
+        groups = group_reports(ledger.labels(), target=0.9)
+    assert [(g.question, g.question_type, g.report.labels) for g in groups] == [
+        ("urgent", "choice", 5), ("urgent", "noul", 100)
+    ]

@@ -1,7 +1,8 @@
 """Calibration figures from the ledger's labels: grouped, then measured by ``shared.calibration``.
 
-A group is one question id, provider and model (the model as the receipt names it): a
-threshold is only meaningful for one question asked of one model. ``group_reports`` also
+A group is one question id and type, provider and model (the model as the receipt names it):
+a threshold is only meaningful for one question asked of one model, and a question id reused
+with another type (a yes/no where a choice was) is another question. ``group_reports`` also
 says which labels it used (``sources``: how many from audits, how many from escalations) and
 whether they can speak for the confident side at all (``audited``).
 """
@@ -25,7 +26,7 @@ from worker.ledger.label_ops import LabelRow
 
 __all__ = ["GroupKey", "GroupReport", "group_reports", "scored"]
 
-GroupKey = tuple[str, str | None, str | None]
+GroupKey = tuple[str, str, str | None, str | None]
 
 
 @dataclass(frozen=True)
@@ -73,20 +74,19 @@ def group_reports(
     min_labels: float = DEFAULT_MIN_LABELS,
     rule: Rule = "estimate",
 ) -> list[GroupReport]:
-    """One report per (question, provider, model), in that order."""
+    """One report per (question, type, provider, model), in that order."""
     groups: dict[GroupKey, list[LabelRow]] = defaultdict(list)
     for row in rows:
-        groups[(row.question_id, row.provider, row.model)].append(row)
+        groups[(row.question_id, row.question_type, row.provider, row.model)].append(row)
     out = []
-    for key in sorted(groups, key=lambda k: (k[0], k[1] or "", k[2] or "")):
+    for key in sorted(groups, key=lambda k: (k[0], k[1], k[2] or "", k[3] or "")):
         members = groups[key]
-        kinds = Counter(row.question_type for row in members)
         out.append(
             GroupReport(
                 question=key[0],
-                provider=key[1],
-                model=key[2],
-                question_type=kinds.most_common(1)[0][0],
+                question_type=key[1],
+                provider=key[2],
+                model=key[3],
                 report=report(
                     scored(members),
                     target=target,

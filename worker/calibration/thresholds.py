@@ -1,8 +1,8 @@
 """Calibrated thresholds for the worker: ``escalate_below: {"calibrated": T, "fallback": F}``.
 
-The threshold is what ``decisions calibration --target T`` suggests for the question id,
-provider and model, once the labels are enough (``calibration_min_labels``, effective);
-the fallback otherwise. Suggestions are cached per (question, provider, model, target) for
+The threshold is what ``decisions calibration --target T`` suggests for the question id and
+type, provider and model, once the labels are enough (``calibration_min_labels``, effective);
+the fallback otherwise. Suggestions are cached per (question, type, provider, model, target) for
 ``calibration_ttl_s``: a decision never waits on a ledger query, except the first of its
 group after the cache expired, which a kind runs beforehand (``prefetch``, on a thread) so
 the event loop is not held. A ledger that cannot be read gives the fallback (logged once a
@@ -32,7 +32,7 @@ __all__ = ["ThresholdBook"]
 
 log = structlog.get_logger("decisions.calibration")
 
-_Key = tuple[str, str, str | None, float]
+_Key = tuple[str, str | None, str, str | None, float]
 #: A suggestion (None: too few labels) and the labels behind it.
 _Found = tuple[float | None, int]
 
@@ -58,10 +58,17 @@ class ThresholdBook:
         self.queries = 0
 
     def threshold(
-        self, question: str, floor: CalibratedFloor, provider: str, model: str | None
+        self,
+        question: str,
+        floor: CalibratedFloor,
+        provider: str,
+        model: str | None,
+        question_type: str | None = None,
     ) -> Threshold:
-        """The floor to judge this answer by, and where it came from."""
-        found = self._found((question, provider, model, floor.calibrated))
+        """The floor to judge this answer by, and where it came from. ``question_type``: only
+        labels of that type count (a question id reused with another type is another
+        question); None counts every type."""
+        found = self._found((question, question_type, provider, model, floor.calibrated))
         value, labels = found
         if value is None:
             return Threshold(
@@ -72,7 +79,7 @@ class ThresholdBook:
     async def prefetch(self, job: DecideJob, provider: str, model: str | None) -> None:
         """Read, on a thread, every expired suggestion ``job``'s calibrated questions need."""
         stale = [
-            (qid, provider, model, q.escalate_below.calibrated)
+            (qid, q.type, provider, model, q.escalate_below.calibrated)
             for qid, q in job.questions.items()
             if isinstance(q.escalate_below, CalibratedFloor)
         ]
@@ -91,10 +98,12 @@ class ThresholdBook:
         cached = self._cached(key)
         if cached is not None:
             return cached
-        question, provider, model, target = key
+        question, question_type, provider, model, target = key
         try:
             self.queries += 1
-            where = LabelFilter(question=question, provider=provider, model=model)
+            where = LabelFilter(
+                question=question, question_type=question_type, provider=provider, model=model
+            )
             rows = self.ledger.labels(where)
             figures = report(scored(rows), target=target, min_labels=self.min_labels)
             suggestion = figures.suggestion

@@ -50,6 +50,8 @@ class LabelFilter:
 
     batch: str | None = None
     question: str | None = None
+    #: A question id reused with another type is another question (noul, choice, ...).
+    question_type: str | None = None
     provider: str | None = None
     model: str | None = None
     since: datetime | None = None
@@ -112,6 +114,7 @@ def read_labels(conn: Connection, where: LabelFilter | None = None) -> list[Labe
     for column, value in (
         (labels.c.batch, where.batch),
         (labels.c.question_id, where.question),
+        (labels.c.question_type, where.question_type),
         (labels.c.provider, where.provider),
         (labels.c.model, where.model),
         (labels.c.source, where.source),
