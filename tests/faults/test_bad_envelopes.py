@@ -3,7 +3,8 @@
 Anyone who can write to the broker's Redis can LPUSH any bytes onto the queue. kombu reads
 each envelope in the worker's consumer loop, where nothing catches: before the guard read
 them, ``42``, a text that is not JSON, a body that is not base64, headers that are a list,
-a ``task`` header that is a list (in the headers or a protocol 1 body) each stopped the
+a ``task`` header that is a list (in the headers or a protocol 1 body), a body that is null
+(with anything else wrong: Celery's error report takes its length) each stopped the
 worker with "Unrecoverable error", and a taken message went back to the queue to stop the
 next one. Arguments the task cannot take (an unknown keyword, two arguments) lost their jobs
 with no poison line and no metric.
@@ -65,6 +66,8 @@ def _bad_envelopes(stream: str) -> list[bytes]:
     bomb = zlib.compress(b"[" + b" " * 20_000_000 + b"]", 9)
     patched: list[dict[str, Any]] = [
         _envelope(good, **{"body": "abc"}),  # not base64
+        _envelope(good, **{"body": None}),
+        _envelope(good, **{"body": 0}),
         _envelope(good, headers=[1]),
         _envelope(good, headers={"task": ["decisions.run_jobs"]}),
         {**_envelope(v1), "headers": {"lang": "py"}},  # protocol 1: the task in the body

@@ -121,12 +121,12 @@ def envelope_problem(envelope: Any) -> str | None:
     if info is not None and not isinstance(info, dict):
         return "delivery_info is not an object"
     body = envelope.get("body")
+    if not isinstance(body, str):  # None: Celery's own error report raised on its len()
+        return "the body is not text"
     if body:
         encoding = properties.get("body_encoding")
         if encoding not in (None, "base64"):
             return f"unknown body encoding {str(encoding)[:40]!r}"
-        if not isinstance(body, str):
-            return "the body is not text"
         if encoding == "base64":
             try:
                 base64.b64decode(body)
