@@ -28,7 +28,9 @@ Each refusal is a log line (``task.poison``) and ``decisions_poison_total{reason
 
 from __future__ import annotations
 
+import base64
 import json
+import uuid
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -41,6 +43,7 @@ from kombu.transport import redis as redis_transport
 from kombu.utils import json as kombu_json
 
 from shared import strict_json
+from shared.keys import CELERY_QUEUE, RUN_JOBS_TASK
 from shared.limits import Limits, current_limits, job_problems, refused_job
 from worker.observability.metrics.families import families
 
@@ -49,7 +52,9 @@ __all__ = [
     "checked_strategy",
     "contain",
     "envelope_loads",
+    "envelope_problem",
     "malformed",
+    "poison_envelope",
     "use_strict_json",
 ]
 
@@ -63,7 +68,10 @@ POISON_REASONS: Final = (
     "oversize_headers",
     "job_refused",
     "unexpected_error",
+    "unreadable_envelope",
 )
+#: The header of a poison envelope: what made the envelope it stands for unreadable.
+POISON_HEADER: Final = "x-decisions-unreadable-envelope"
 #: Headers are Celery's own few fields: far below this.
 MAX_HEADER_BYTES: Final = 64 * 1024
 
@@ -76,19 +84,98 @@ def use_strict_json() -> None:
     any strategy runs: an envelope pushed by hand with headers 3,000 levels deep raised
     ``RecursionError`` there, an "Unrecoverable error" that stopped the worker. Its ``loads``
     is replaced by one that reads such an envelope with the deep values cut out
-    (``strict_json.clip_deep``); the guard then drops the message for its headers.
+    (``strict_json.clip_deep``); the guard then drops the message for its headers. An
+    envelope kombu or Celery cannot take in at all is replaced too (``envelope_problem``).
     """
     serialization.register("json", kombu_json.dumps, strict_json.loads, "application/json", "utf-8")
     redis_transport.loads = envelope_loads  # type: ignore[assignment]
 
 
 def envelope_loads(data: Any, *args: Any, **kwargs: Any) -> Any:
-    """``kombu.utils.json.loads``, reading text too deep for the parser around its depths."""
+    """``kombu.utils.json.loads``, reading text too deep for the parser around its depths,
+    and standing a poison envelope (``poison_envelope``) for one nobody could take in."""
     try:
-        return kombu_json.loads(data, *args, **kwargs)
-    except RecursionError:
-        text = data if isinstance(data, str) else bytes(data).decode("utf-8", "replace")
-        return kombu_json.loads(strict_json.clip_deep(text), *args, **kwargs)
+        try:
+            envelope = kombu_json.loads(data, *args, **kwargs)
+        except RecursionError:
+            text = data if isinstance(data, str) else bytes(data).decode("utf-8", "replace")
+            envelope = kombu_json.loads(strict_json.clip_deep(text), *args, **kwargs)
+    except ValueError as exc:
+        return poison_envelope(f"envelope: not JSON: {exc}")
+    problem = envelope_problem(envelope)
+    return envelope if problem is None else poison_envelope(f"envelope: {problem}")
+
+
+def envelope_problem(envelope: Any) -> str | None:
+    """What in a Redis transport envelope kombu or Celery would raise on outside any handler,
+    or None. Seen, each pushed by hand onto the queue: ``42``, a body that is not base64, a
+    ``task`` header that is a list. Each raised in the consumer's loop, an "Unrecoverable
+    error" that stopped the worker; a message it had taken went back to the queue and stopped
+    the next one. Pidbox messages (no ``task`` header) read the same way and pass."""
+    if not isinstance(envelope, dict):
+        return f"a JSON {type(envelope).__name__}, not an object"
+    properties = envelope.get("properties")
+    if not isinstance(properties, dict) or not isinstance(properties.get("delivery_tag"), str):
+        return "no properties with a delivery tag"
+    info = properties.get("delivery_info")
+    if info is not None and not isinstance(info, dict):
+        return "delivery_info is not an object"
+    body = envelope.get("body")
+    if not isinstance(body, str):  # None: Celery's own error report raised on its len()
+        return "the body is not text"
+    if body:
+        encoding = properties.get("body_encoding")
+        if encoding not in (None, "base64"):
+            return f"unknown body encoding {str(encoding)[:40]!r}"
+        if encoding == "base64":
+            try:
+                base64.b64decode(body)
+            except ValueError:
+                return "the body is not base64"
+    for name in ("content-type", "content-encoding"):
+        if not isinstance(envelope.get(name), str | None):
+            return f"{name} is not text"
+    headers = envelope.get("headers")
+    if headers and not isinstance(headers, dict):
+        return "the headers are not an object"
+    if isinstance(headers, dict) and headers.get("compression"):
+        # No producer of ours compresses; kombu would inflate it here without a bound.
+        return "a compressed body"
+    if isinstance(headers, dict) and "task" in headers and not isinstance(headers["task"], str):
+        return "the task header is not a name"
+    if isinstance(headers, dict) and "task" not in headers and body:
+        # No task header: Celery reads the body as protocol 1 and looks its "task" up.
+        return _v1_task_problem(body, properties.get("body_encoding"))
+    return None
+
+
+def _v1_task_problem(body: str, encoding: Any) -> str | None:
+    try:
+        raw = base64.b64decode(body) if encoding == "base64" else body
+        decoded = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None  # Celery's own decode fails and it drops the message
+    if isinstance(decoded, dict) and "task" in decoded and not isinstance(decoded["task"], str):
+        return "the body's task is not a name"
+    return None
+
+
+def poison_envelope(problem: str) -> dict[str, Any]:
+    """An envelope kombu takes in and the guard drops (a log line, a metric), standing for
+    one that could not be read: acknowledged like any dropped message, so it stops nobody."""
+    tag = str(uuid.uuid4())
+    return {
+        "body": "",
+        "content-type": "application/x-decisions-poison",
+        "content-encoding": "binary",
+        "headers": {"task": RUN_JOBS_TASK, "id": tag, POISON_HEADER: problem[:300]},
+        "properties": {
+            "delivery_tag": tag,
+            "delivery_info": {"exchange": "", "routing_key": CELERY_QUEUE},
+            "body_encoding": "base64",
+            "priority": 0,
+        },
+    }
 
 
 def malformed(message: Any) -> str | None:
@@ -108,6 +195,10 @@ def malformed(message: Any) -> str | None:
         return "the body's args are not a list or its kwargs not an object"
     if embed is not None and not isinstance(embed, dict):
         return "the body's embed is not an object"
+    # The task takes one argument, ``jobs``: anything else raised TypeError in the task,
+    # and its jobs were lost with no reply, no poison line and no metric.
+    if len(args) + len(kwargs) != 1 or (kwargs and "jobs" not in kwargs):
+        return "the task takes one argument, jobs"
     return None
 
 
@@ -147,6 +238,10 @@ def checked_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Calla
     def task_message_handler(
         message: Any, body: Any, ack: Any, reject: Any, callbacks: Any, **options: Any
     ) -> Any:
+        unreadable = message.headers.get(POISON_HEADER)
+        if unreadable is not None:
+            _poison("unreadable_envelope", task.name, str(unreadable))
+            raise InvalidTaskError(f"{task.name}: {unreadable}")
         try:
             message.payload  # noqa: B018 - decoded once here, cached by kombu for Celery
         except DecodeError as exc:

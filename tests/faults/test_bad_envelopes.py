@@ -1,0 +1,144 @@
+"""Envelopes pushed by hand onto the Celery queue never stop a worker (issue 16).
+
+Anyone who can write to the broker's Redis can LPUSH any bytes onto the queue. kombu reads
+each envelope in the worker's consumer loop, where nothing catches: before the guard read
+them, ``42``, a text that is not JSON, a body that is not base64, headers that are a list,
+a ``task`` header that is a list (in the headers or a protocol 1 body), a body that is null
+(with anything else wrong: Celery's error report takes its length) each stopped the
+worker with "Unrecoverable error", and a taken message went back to the queue to stop the
+next one. Arguments the task cannot take (an unknown keyword, two arguments) lost their jobs
+with no poison line and no metric.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from shared import keys
+from tests.faults.conftest import FleetFactory
+from tests.support.checker import Figures
+from tests.support.fleet import decide_job
+from tests.support.services import free_port
+from worker.process.guard import POISON_HEADER, envelope_loads, malformed
+
+pytestmark = pytest.mark.faults
+
+
+def _envelope(payload: bytes, **patch: Any) -> dict[str, Any]:
+    """A Redis transport envelope as kombu stores it (``patch``: top-level fields, or
+    ``headers``/``properties`` merged in)."""
+    task_id = str(uuid.uuid4())
+    envelope: dict[str, Any] = {
+        "body": base64.b64encode(payload).decode(),
+        "content-encoding": "utf-8",
+        "content-type": "application/json",
+        "headers": {"lang": "py", "task": keys.RUN_JOBS_TASK, "id": task_id, "retries": 0},
+        "properties": {
+            "body_encoding": "base64",
+            "delivery_info": {"exchange": keys.CELERY_QUEUE, "routing_key": keys.CELERY_QUEUE},
+            "priority": 0,
+            "delivery_tag": str(uuid.uuid4()),
+        },
+    }
+    for name, value in patch.items():
+        if name in ("headers", "properties") and isinstance(value, dict):
+            envelope[name] = {**envelope[name], **value}
+        else:
+            envelope[name] = value
+    return envelope
+
+
+def _body(*jobs: Any) -> bytes:
+    return json.dumps([[], {"jobs": list(jobs)}, {}]).encode()
+
+
+def _bad_envelopes(stream: str) -> list[bytes]:
+    good = _body(decide_job(f"env-{uuid.uuid4().hex[:6]}", reply_to=stream))
+    v1 = json.dumps({"task": ["x"], "id": "1", "args": [], "kwargs": {}}).encode()
+    bomb = zlib.compress(b"[" + b" " * 20_000_000 + b"]", 9)
+    patched: list[dict[str, Any]] = [
+        _envelope(good, **{"body": "abc"}),  # not base64
+        _envelope(good, **{"body": None}),
+        _envelope(good, **{"body": 0}),
+        _envelope(good, headers=[1]),
+        _envelope(good, headers={"task": ["decisions.run_jobs"]}),
+        {**_envelope(v1), "headers": {"lang": "py"}},  # protocol 1: the task in the body
+        _envelope(good, properties={"body_encoding": "rot13"}),
+        _envelope(good, properties={"delivery_tag": [1]}),
+        _envelope(good, **{"content-type": ["application/json"]}),
+        _envelope(bomb, headers={"compression": "application/x-gzip"}),
+    ]
+    return [
+        b"\xff\xfe not an envelope",
+        b"42",
+        b"null",
+        b'{"body": "W10=", "headers": {}}',
+        *(json.dumps(envelope).encode() for envelope in patched),
+    ]
+
+
+def test_an_unreadable_envelope_becomes_a_poison_envelope() -> None:
+    for raw in _bad_envelopes("s"):
+        read = envelope_loads(raw.decode("utf-8", "replace"))
+        assert isinstance(read, dict) and POISON_HEADER in read["headers"], raw[:80]
+    fine = _envelope(_body(decide_job("fine", reply_to="s")))
+    assert envelope_loads(json.dumps(fine)) == fine
+    pidbox = _envelope(b'{"method": "ping", "arguments": {}}', headers={"clock": 1})
+    del pidbox["headers"]["task"]
+    assert envelope_loads(json.dumps(pidbox)) == pidbox
+
+
+class _Message:
+    def __init__(self, payload: Any) -> None:
+        self.headers = {"id": "t"}
+        self.payload = payload
+
+
+def test_arguments_the_task_cannot_take_are_malformed() -> None:
+    assert malformed(_Message([[], {"jobs": []}, {}])) is None
+    assert malformed(_Message([[[]], {}, {}])) is None  # positional jobs
+    for payload in (
+        [[], {"jobz": []}, {}],
+        [[], {"jobs": [], "x": 1}, {}],
+        [[[]], {"jobs": []}, {}],
+        [[], {}, {}],
+    ):
+        assert malformed(_Message(payload)) == "the task takes one argument, jobs", payload
+
+
+def test_envelopes_pushed_by_hand_between_good_jobs_stop_nothing(
+    new_fleet: FleetFactory, report: Callable[[Figures], Figures]
+) -> None:
+    port = free_port()
+    crew = new_fleet("bad-envelopes")
+    worker = crew.start_worker(metrics_port=str(port))
+    bad = _bad_envelopes(crew.stream)
+    good = crew.jobs(len(bad) + 1, "between")
+    for i, raw in enumerate(bad):
+        crew.submit([good[i]])
+        crew.broker.lpush(keys.CELERY_QUEUE, raw)
+    crew.broker.lpush(
+        keys.CELERY_QUEUE,
+        json.dumps(_envelope(json.dumps([[], {"jobs": [good[-1]], "evil": 1}, {}]).encode())),
+    )
+    submitted = crew.submit([good[-1]])
+    pairs = crew.pairs([job["id"] for job in good])
+    crew.expect_replies(pairs, timeout_s=90)
+    figures = report(crew.check(pairs, reap=False))
+    assert all(figures.outcomes[job["id"]] == "result" for job in good), figures.outcomes
+    assert submitted.job_ids == [good[-1]["id"]]
+    assert worker.alive()
+    log = worker.text()
+    assert "Unrecoverable" not in log
+    assert crew.broker.llen(keys.CELERY_QUEUE) == 0
+    metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    assert f'decisions_poison_total{{reason="unreadable_envelope"}} {len(bad)}.0' in metrics
+    assert 'decisions_poison_total{reason="malformed"} 1.0' in metrics
