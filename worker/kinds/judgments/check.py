@@ -47,7 +47,8 @@ def judgment_checker(
         problems = plan_problems(job, providers)
         if problems is not None:
             return problems
-        problems = others(job)
+        # The other checks prepare a decide job's request too: refs have no bytes here.
+        problems = others(with_stand_ins(job))
         if not problems and isinstance(job, DecideJob) and job.images is not None:
             problems = image_problems(job, providers)
         return problems
