@@ -137,6 +137,12 @@ class DecisionProviderError(DecisionWorkerError):
         super().__init__(f"{prefix}{code}: {message}")
         self.detail = message
 
+    def field_problem(self, default: str) -> FieldProblem:
+        """This refusal as a job's field problem (``default`` when it names no field), the
+        field named once: a detail that starts with it does not repeat it after the field."""
+        field = self.field or default
+        return FieldProblem(field, self.detail.removeprefix(f"{field}: "))
+
 
 class LedgerError(DecisionWorkerError):
     """The ledger cannot give its at-most-once guarantee right now."""

@@ -49,6 +49,21 @@ def test_asset_tokens_show_the_assets_the_escalation_carries() -> None:
     assert state_images(["Look at <i1>"]) == []
 
 
+def test_a_token_in_a_question_shows_its_image_and_each_asset_shows_once() -> None:
+    """Jev reads a token in a question: the reviewer answering it must see that image too."""
+    encoded = base64.b64encode(png()).decode()
+    assets = {k: {"format": "png", "data_base64": encoded} for k in ("s1", "q1")}
+    questions = {"m": {"type": "noul", "instructions": "Does <q1> show the parcel in <s1>?"}}
+    images = state_images({"photo": "<s1>", "again": "<s1>"}, assets, questions)
+    assert [i.where for i in images] == ["<s1>", "<q1>"]
+
+
+def test_an_image_kept_in_a_store_is_shown_by_its_ref_never_loaded() -> None:
+    ref = "https://images.example.com/claims/a.png"
+    [image] = state_images({"photo": "<p>"}, {"p": {"format": "png", "ref": ref}})
+    assert (image.where, image.ref, image.src) == ("<p>", ref, "")
+
+
 def test_at_most_so_many_images() -> None:
     state = [data_url(png())] * (MAX_IMAGES + 5)
     assert len(state_images(state)) == MAX_IMAGES

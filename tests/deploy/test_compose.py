@@ -56,6 +56,14 @@ def test_it_validates_against_the_compose_specification() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_no_variable_has_an_empty_default() -> None:
+    """podman-compose 1.0.3 (Debian bookworm's, which the README supports) reads a default
+    only when it is not empty: ``${KEY:-}`` stays literal text, even with KEY set, and would
+    reach the container as the value (a provider key that is not one)."""
+    empty = re.findall(r"\$\{[A-Za-z_][A-Za-z0-9_]*:?-\}", COMPOSE.read_text())
+    assert empty == []
+
+
 def test_every_command_exists_in_the_project(compose: dict[str, Any]) -> None:
     checked = 0
     for name, service in services(compose).items():

@@ -104,7 +104,7 @@ def test_the_same_settings(compose: dict[str, Any], k8s: dict[str, Any]) -> None
     # The provider keys: compose passes them through from the host, the pod from a Secret.
     keys = {k for k in env if not k.startswith("DECISIONS_")}
     assert keys == from_secrets
-    assert all(env[k] == f"${{{k}:-}}" for k in keys)
+    assert all(env[k] == f"${{{k}}}" for k in keys)
     # The migration reads the same settings and connections as the workers.
     assert compose["migrate"]["environment"] == compose["worker"]["environment"]
     migrate = _container(k8s["Job/decisions-migrate"])

@@ -193,6 +193,9 @@ def test_the_dry_run_and_client_refuse_a_token_the_model_cannot_read(tmp_path: P
     assert sorted(report.rejected) == ["nested", "unreferenced"]
     assert [p.field for p in report.rejected["nested"]] == ["state.a.b"]
     assert [p.field for p in report.rejected["unreferenced"]] == ["assets.i2"]
+    # Each problem names its field once ("state.a.b: state.a.b: ..." before).
+    for problems in report.rejected.values():
+        assert all(not p.message.startswith(p.field) for p in problems), problems
 
 
 def test_a_route_job_with_images_reaches_the_provider_and_the_reviewer(

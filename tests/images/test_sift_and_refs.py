@@ -30,8 +30,10 @@ from tests.judgments.support import PARALLEL_TEST_KEY, settings_for
 from worker.embedded import run_batch
 from worker.kinds.image_store import resolve_refs
 from worker.kinds.judgments import judgment_checker
+from worker.kinds.menus.submit import job_checker
 from worker.process import context
 from worker.providers import ProviderRegistry
+from worker.runtimes import RuntimeRegistry
 from worker.testing.faux import FauxServer
 
 PNG = base64.b64decode(png_b64(400, 300))
@@ -240,6 +242,39 @@ def test_the_client_refuses_a_ref_outside_the_allowlist_at_submit(tmp_path: Path
     assert sorted(report.rejected) == ["nested", "off"]
     assert [p.field for p in report.rejected["off"]] == ["images.a.ref"]
     # Where the token stands is checked at submit with a stand-in: nothing is fetched.
+    assert [p.field for p in report.rejected["nested"]] == ["state.a.b"]
+
+
+def test_a_decide_job_with_a_ref_is_checked_at_submit_as_decisions_submit_checks_it(
+    tmp_path: Path,
+) -> None:
+    """The checker ``decisions submit`` builds also prepares a plain decide job's request: a
+    ref (no bytes before the worker fetches it) is checked with a stand-in, not an error."""
+    settings = settings_for(
+        tmp_path, "http://127.0.0.1:9", image_stores=["https://s.example.com/i/"]
+    )
+    registry = ProviderRegistry.from_settings(settings)
+    checker = judgment_checker(
+        registry, job_checker(registry, RuntimeRegistry.from_settings(settings))
+    )
+    client = Client(settings, checker=checker)
+    ref = {"a": {"format": "png", "ref": "https://s.example.com/i/a.png"}}
+    decide = {
+        "kind": "decide",
+        "reply_to": "replies",
+        "provider": "openrouter",
+        "questions": {"q": {"type": "noul", "instructions": "Is the parcel damaged?"}},
+        "images": ref,
+    }
+    report = client.estimate(
+        [
+            {**decide, "id": "jev", "model": "typesafe/jev-1.14", "state": {"a": {"b": "<a>"}}},
+            {**decide, "id": "other", "model": "faux-1", "state": {"photo": "<a>"}},
+            {**decide, "id": "nested", "model": "faux-1", "state": {"a": {"b": "<a>"}}},
+        ],
+        store=False,
+    )
+    assert sorted(report.rejected) == ["nested"]
     assert [p.field for p in report.rejected["nested"]] == ["state.a.b"]
 
 

@@ -82,6 +82,10 @@ def test_a_crash_between_packed_requests_repeats_none_of_them(
         "sift.2": ("answered", None),
         "sift.3": ("answered", None),
     }
+    # The lost request is booked at the provider's rule, as a decide job's is: Parallel's
+    # list price as an estimate (the seed), not an unknown cost.
+    [lost] = [c for c in Ledger.from_settings(settings).calls("crashy") if c.step == "sift.1"]
+    assert (lost.cost_usd, lost.cost_basis) == (settings.parallel_list_price_usd, "estimate")
     [line] = (tmp_path / "out" / "escalations.jsonl").read_text().splitlines()
     reply = parse_reply(line)
     assert isinstance(reply, EscalationMessage) and reply.reason == "decision_interrupted"

@@ -204,7 +204,7 @@ def _detail(
         menu=menu,
         has_state="state" in context,
         state_json=pretty_json(state),
-        images=state_images(state, context.get("assets")),
+        images=state_images(state, context.get("assets"), context.get("questions")),
         answers_json={
             k: v.model_dump(mode="json")
             for k, v in (message.answers or {}).items()

@@ -27,11 +27,14 @@ _ELIDE_OVER: Final = 120
 
 @dataclass(frozen=True)
 class StateImage:
-    """An image found in the state: where (a JSON path or asset token) and a safe data URL."""
+    """An image found in the state or a question: where (a JSON path or asset token) and a
+    safe data URL; or, for an image kept in a store, its ``ref`` (shown as text, never
+    loaded by the reviewer's browser)."""
 
     where: str
     src: str
     size_bytes: int
+    ref: str | None = None
 
 
 def pretty_json(value: Any) -> str:
@@ -50,21 +53,47 @@ def _elide(value: Any) -> Any:
     return value
 
 
-def state_images(state: Any, assets: Any = None) -> list[StateImage]:
-    """Images of the state, in document order, at most ``MAX_IMAGES``."""
+def state_images(state: Any, assets: Any = None, questions: Any = None) -> list[StateImage]:
+    """Images of the state, then those the questions reference by token (Jev reads a token
+    in a question too), in document order, each asset once, at most ``MAX_IMAGES``."""
     found: list[StateImage] = []
     carried = assets if isinstance(assets, Mapping) else {}
+    shown: set[str] = set()
     for where, text in _strings(state, "state"):
         image = _from_data_url(where, text)
         if image is not None:
             found.append(image)
-        for key in _TOKEN.findall(text):
-            asset = _from_asset(f"<{key}>", carried.get(key))
-            if asset is not None:
-                found.append(asset)
+        found.extend(_tokens(text, carried, shown))
+        if len(found) >= MAX_IMAGES:
+            return found[:MAX_IMAGES]
+    for _where, text in _keys_and_strings(questions):
+        found.extend(_tokens(text, carried, shown))
         if len(found) >= MAX_IMAGES:
             return found[:MAX_IMAGES]
     return found
+
+
+def _tokens(text: str, carried: Mapping[str, Any], shown: set[str]) -> Iterator[StateImage]:
+    for key in _TOKEN.findall(text):
+        if key in shown:
+            continue
+        asset = _from_asset(f"<{key}>", carried.get(key))
+        if asset is not None:
+            shown.add(key)
+            yield asset
+
+
+def _keys_and_strings(value: Any) -> Iterator[tuple[str, str]]:
+    """Every string of the questions, object keys included (a criteria key can be a token)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield "", str(key)
+            yield from _keys_and_strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _keys_and_strings(item)
+    elif isinstance(value, str):
+        yield "", value
 
 
 def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
@@ -88,7 +117,10 @@ def _from_data_url(where: str, text: str) -> StateImage | None:
 def _from_asset(where: str, asset: Any) -> StateImage | None:
     if not isinstance(asset, Mapping):
         return None
-    fmt, data = asset.get("format"), asset.get("data_base64")
+    fmt, data, ref = asset.get("format"), asset.get("data_base64"), asset.get("ref")
+    if isinstance(ref, str) and data is None:
+        # The escalation keeps a store's ref, not its bytes: the reviewer is told where it is.
+        return StateImage(where=where, src="", size_bytes=0, ref=ref)
     if not isinstance(fmt, str) or not isinstance(data, str):
         return None
     return _image(where, fmt, data)

@@ -24,7 +24,7 @@ from datetime import datetime
 
 from shared.jobs import AnyJob
 from shared.judgments.steps import StepResult
-from worker.delivery import Delivery, stored_answers, stored_receipt
+from worker.delivery import Delivery, lost_cost, stored_answers, stored_receipt
 from worker.kinds.judgments.plan import PlannedCall
 from worker.ledger import BudgetRefusal, CallRow, ClaimLost, JobRow
 from worker.process.faults import fault_point
@@ -99,7 +99,9 @@ class JobCalls:
 
     async def _settle(self, planned: PlannedCall, call: CallRow) -> StepResult | JobRow:
         step = planned.step
-        settled = await self.delivery.await_claim(self.job_id, step, call)
+        # A claim whose worker died is booked at the provider's rule, as a decide job's is.
+        lost = lost_cost(planned.provider, planned.prepared)
+        settled = await self.delivery.await_claim(self.job_id, step, call, lost)
         if isinstance(settled, JobRow):
             return settled
         receipt = stored_receipt(settled)

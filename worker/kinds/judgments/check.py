@@ -47,7 +47,8 @@ def judgment_checker(
         problems = plan_problems(job, providers)
         if problems is not None:
             return problems
-        problems = others(job)
+        # The other checks prepare a decide job's request too: refs have no bytes here.
+        problems = others(with_stand_ins(job))
         if not problems and isinstance(job, DecideJob) and job.images is not None:
             problems = image_problems(job, providers)
         return problems
@@ -61,5 +62,5 @@ def image_problems(job: DecideJob, providers: ProviderRegistry) -> list[FieldPro
     try:
         provider.prepare(decide_request(with_stand_ins(job)), step=DECIDE_STEP)
     except DecisionProviderError as exc:
-        return [FieldProblem(exc.field or "images", exc.detail)]
+        return [exc.field_problem("images")]
     return []

@@ -121,8 +121,9 @@ def _prepare(
     except DecisionProviderError as exc:
         if exc.code not in ("invalid_request", "configuration"):
             raise
-        field = _job_field(exc.field or "questions", rename)
-        raise JobInvalid([FieldProblem(field, exc.detail)], job_id) from None
+        problem = exc.field_problem("questions")
+        field = _job_field(problem.field, rename)
+        raise JobInvalid([FieldProblem(field, problem.message)], job_id) from None
 
 
 def _job_field(field: str, rename: dict[str, str]) -> str:
