@@ -30,7 +30,7 @@ from tests.support.ownservers import OwnRedis, own_redis
 from tests.support.processes import DECISIONS, decisions_env, worker_process
 from tests.support.services import free_port, postgres_schema
 from worker.ledger import Ledger
-from worker.ledger.models import jobs
+from worker.ledger.models import jobs, labels
 from worker.process import durability
 from worker.process.durability import check_streams_durable, persistence_of
 from worker.recovery.republish import republish_stream, stored_messages
@@ -205,3 +205,34 @@ def test_republish_pages_through_the_ledger_in_order_and_since(ledger: Ledger) -
     report = republish_stream(ledger, r, "pages")
     assert (report.jobs, report.replies, report.escalations) == (6, 6, 1)
     assert republish_stream(ledger, r, "pages").replies == 0
+
+
+def test_republish_does_not_reopen_an_escalation_a_reviewer_resolved(ledger: Ledger) -> None:
+    """A Redis that forgot everything forgot its resolved records too: the ledger's labels
+    say which escalations a reviewer resolved, and those stay closed (a second reviewer once
+    resolved one again, with another answer)."""
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = [
+        {
+            "job_id": job_id, "kind": "decide", "batch": "b", "reply_to": "lost",
+            "fingerprint": "f", "deadline": start, "job_json": "{}", "created_at": start,
+            "terminal_type": "escalation", "terminal_reason": "low_confidence",
+            "terminal_message": json.dumps({"job_id": job_id}), "finished_at": start,
+            "published_at": start,
+        }
+        for job_id in ("e-open", "e-resolved")
+    ]  # fmt: skip
+    label = {
+        "job_id": "e-resolved", "question_id": "urgent", "batch": "b", "question_type": "noul",
+        "human_answer": "true", "correct": False, "reviewer": "ann", "resolved_at": start,
+        "source": "escalation", "reason": "low_confidence", "entry_id": "1-0",
+        "stored_at": start,
+    }  # fmt: skip
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.insert(jobs), rows)
+        conn.execute(sa.insert(labels), [label])
+    r = fakeredis.FakeRedis()  # empty, as after a restart without persistence
+    for _ in range(2):
+        republish_stream(ledger, r, "lost")
+    assert sorted(e.job_id for e in read_stream(r, "lost")) == ["e-open", "e-resolved"]
+    assert [e.job_id for e in read_entries(r, keys.ESCALATION_STREAM)] == ["e-open"]

@@ -7,6 +7,12 @@ publishes again each stored message of the jobs that reply there, and each of th
 escalations to the escalation stream unless the job was resolved, with
 ``shared.streams.republish``: a message whose marker still points at an entry that exists
 is left alone, so every message is on its stream at most once, however often this runs.
+
+"Resolved" is judged twice: by Redis's resolved record (in the Lua call) and by the ledger's
+labels (a resolution's labels reach the ledger through ``worker.calibration``). A Redis that
+forgot everything forgot its resolved records too: without the ledger's word, a job a
+reviewer had resolved went back on the escalation stream and a second reviewer resolved it
+with another answer.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from shared import keys
 from shared.streams import ESCALATION_ADDED, REPLY_ADDED, Publication, republish
 from worker.delivery.audits import audit_json
 from worker.ledger import JobRow, Ledger
-from worker.ledger.models import jobs
+from worker.ledger.models import jobs, labels
 
 __all__ = ["RepublishReport", "republish_stream", "stored_messages"]
 
@@ -46,8 +52,10 @@ def stored_messages(
 ) -> Iterator[list[Publication]]:
     """The stored terminal messages of jobs replying to ``stream`` (finished at or after
     ``since``), oldest first, a page at a time; read-only."""
+    # A label of the job is a reviewer's resolution of its escalation (or of its audit).
+    resolved = sa.exists().where(labels.c.job_id == jobs.c.job_id).label("resolved")
     columns = (jobs.c.job_id, jobs.c.terminal_type, jobs.c.terminal_message, jobs.c.finished_at,
-               jobs.c.job_json)
+               jobs.c.job_json, resolved)
     where = [jobs.c.reply_to == stream, jobs.c.terminal_message.is_not(None)]
     if since is not None:
         where.append(jobs.c.finished_at >= since)
@@ -67,8 +75,8 @@ def stored_messages(
                 job_id=row.job_id,
                 message_type=row.terminal_type,
                 message_json=row.terminal_message,
-                escalation=row.terminal_type == "escalation",
-                audit_json=_audit(row),
+                escalation=row.terminal_type == "escalation" and not row.resolved,
+                audit_json=None if row.resolved else _audit(row),
             )
             for row in rows
         ]
