@@ -350,6 +350,40 @@ def test_garbage_on_the_queue_is_dropped_and_the_worker_keeps_serving(
     assert crew.calls().get("bad-queue-inner/decide") == 1
 
 
+def test_an_envelope_that_is_no_message_is_dropped_and_the_worker_keeps_serving(
+    new_fleet: FleetFactory,
+) -> None:
+    """Pushed by hand onto the queue's list, text that is no kombu envelope at all (not JSON,
+    not an object, no delivery tag, a body that is no text) was read by the transport before
+    any guard: an "Unrecoverable error" that stopped the worker, or a consumer reconnecting
+    over and over. Each is dropped (``task.poison``) and the jobs between them are answered."""
+    crew = new_fleet("bad-envelope")
+    worker = crew.start_worker(worker_concurrency="1")
+    envelopes = [
+        b"not json at all \xff",
+        b"42",
+        b"[1, 2, 3]",
+        b'"text"',
+        b"null",
+        b"{}",
+        b'{"body": 1, "properties": {"delivery_tag": "t1"}}',
+        b'{"body": "%%%", "properties": {"delivery_tag": "t2", "body_encoding": "base64"}}',
+        b'{"body": "", "headers": 7, "properties": {"delivery_tag": "t3"}}',
+    ]
+    jobs = crew.jobs(len(envelopes) + 1, "between")
+    for envelope, job in zip(envelopes, jobs, strict=False):
+        crew.submit([job])
+        crew.broker.lpush(keys.CELERY_QUEUE, envelope)
+    crew.submit([jobs[-1]])
+    # wait_for, not expect_replies: its report would parse the garbage left on the queue.
+    missing = crew.wait_for(crew.pairs(j["id"] for j in jobs), timeout_s=60)
+    assert worker.alive(), worker.text()[-2000:]
+    assert not missing, sorted(missing)
+    log = worker.text()
+    assert "Unrecoverable" not in log and "Connection to broker lost" not in log
+    assert log.count('"task.poison"') == len(envelopes)
+
+
 # --- poison between good jobs (issue 16): nothing restarts, every good job is answered ----
 
 

@@ -118,8 +118,9 @@ def envelope_problem(envelope: Any) -> str | None:
     if not isinstance(properties, dict) or not isinstance(properties.get("delivery_tag"), str):
         return "no properties with a delivery tag"
     info = properties.get("delivery_info")
-    if info is not None and not isinstance(info, dict):
-        return "delivery_info is not an object"
+    if not isinstance(info, dict) or not {"exchange", "routing_key"} <= info.keys():
+        # kombu's delivery reads both: a KeyError there reconnected the consumer over and over.
+        return "no delivery_info with an exchange and a routing key"
     body = envelope.get("body")
     if not isinstance(body, str):  # None: Celery's own error report raised on its len()
         return "the body is not text"
@@ -129,7 +130,7 @@ def envelope_problem(envelope: Any) -> str | None:
             return f"unknown body encoding {str(encoding)[:40]!r}"
         if encoding == "base64":
             try:
-                base64.b64decode(body)
+                base64.b64decode(body, validate=True)  # kombu's own is strict base64
             except ValueError:
                 return "the body is not base64"
     for name in ("content-type", "content-encoding"):
