@@ -83,6 +83,8 @@ def charge(call: CallRow) -> float:
         return 0.0
     if call.status == "claimed" or call.cost_usd is None:
         return call.reserved_usd
+    if call.status == "unknown":  # a lost request: its booking is a guess, the worst case stays
+        return max(call.cost_usd, call.reserved_usd)
     return call.cost_usd
 
 

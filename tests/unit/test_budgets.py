@@ -159,7 +159,11 @@ def test_a_budget_on_a_provider_with_no_maximum_is_rejected_naming_the_field(
         ("answered", 0.1, 0.1),
         ("answered", None, 0.3),  # an unknown cost keeps the reservation, never 0
         ("unknown", None, 0.3),
-        ("unknown", 0.001, 0.001),  # a lost request booked at its list price
+        ("unknown", 0.3, 0.3),  # a lost request booked at its list price, the worst case
+        # A lost request's estimate is a guess from the request alone (a priced host's input
+        # tokens, no output): the worst case reserved stays held, never the guess.
+        ("unknown", 0.001, 0.3),
+        ("unknown", 0.5, 0.5),  # a booking above the reservation is the truth
         ("failed", 0.0, 0.0),
         ("not_sent", None, 0.0),  # released
         ("not_sent", 0.2, 0.0),

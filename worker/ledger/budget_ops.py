@@ -5,7 +5,9 @@ A budget is a row of ``budgets``: a batch's (``batch:<name>``, from a job's ``bu
 the ledger's clock, from settings). Its ``committed_usd`` is what its calls hold::
 
     claimed                        the reservation (the request's worst case)
-    answered/failed/unknown, cost  the booked cost (reported or estimate)
+    answered/failed, cost          the booked cost (reported or estimate)
+    unknown, cost                  the larger of the booked cost and the reservation (a lost
+                                   request's booking is a guess; its worst case stays held)
     answered/failed/unknown, null  the reservation, kept whole (never counted at 0)
     not_sent                       nothing (released)
 
@@ -122,6 +124,10 @@ def charge(status: str, cost_usd: float | None, reserved_usd: float) -> float:
         return 0.0
     if status == "claimed" or cost_usd is None:
         return reserved_usd
+    if status == "unknown":
+        # A lost request's booked cost is a guess from the request alone (a priced host's
+        # input tokens, none of its output): the outcome is unknown, so the worst case stays.
+        return max(cost_usd, reserved_usd)
     return cost_usd
 
 

@@ -1,14 +1,14 @@
 """Budget figures for ``decisions ledger status``, the console and the metrics: aggregates only.
 
 For one budget: its limit and committed total (the row), and how the committed total splits:
-reserved by calls in flight, held whole for calls whose cost stayed unknown, and booked by
-basis (reported, estimate). A batch's budget also counts the known costs the batch booked
-before the budget existed (``budget_ops``): ``spent_before_usd``.
-"""
+reserved by calls in flight, held whole for calls whose cost stayed unknown (or whose outcome
+was lost: their booked cost is a guess), and booked by basis (reported, estimate). A batch's
+budget also counts the known costs the batch booked before the budget existed (``budget_ops``):
+``spent_before_usd``."""
 
 from __future__ import annotations
 
-from sqlalchemy import func, literal, select
+from sqlalchemy import case, func, literal, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -42,6 +42,13 @@ def budget_status(conn: Connection, scope: str) -> BudgetStatus | None:
             func.count(),
             func.sum(calls.c.reserved_usd),
             func.sum(calls.c.cost_usd),
+            # What a lost call with a booked guess holds (budget_ops.charge): the larger.
+            func.sum(
+                case(
+                    (calls.c.cost_usd > calls.c.reserved_usd, calls.c.cost_usd),
+                    else_=calls.c.reserved_usd,
+                )
+            ),
         )
         .where(covered)
         .group_by(calls.c.status, calls.c.cost_basis, calls.c.cost_usd.is_(None))
@@ -49,12 +56,15 @@ def budget_status(conn: Connection, scope: str) -> BudgetStatus | None:
     reserved = held = 0.0
     in_flight = unknown = 0
     booked: dict[str, float] = {}
-    for status, basis, no_cost, count, reserved_sum, cost_sum in conn.execute(stmt):
+    for status, basis, no_cost, count, reserved_sum, cost_sum, larger in conn.execute(stmt):
         if status == "claimed":
             reserved += float(reserved_sum or 0.0)
             in_flight += int(count)
         elif status in SENT_STATUSES and no_cost:
             held += float(reserved_sum or 0.0)
+            unknown += int(count)
+        elif status == "unknown":  # outcome lost: its booked cost is a guess
+            held += float(larger or 0.0)
             unknown += int(count)
         elif status in SENT_STATUSES:
             key = basis or "unknown"
