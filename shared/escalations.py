@@ -21,7 +21,7 @@ error for every reviewer.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -165,12 +165,33 @@ class EscalationQueue:
         """Every open escalation, oldest first, optionally of one reason or batch."""
         self._sync()
         pending: Any = self.redis.xpending_range(self.stream, self.group, "-", "+", 1_000_000)
-        # One round trip for every entry's body, not one per entry.
+        return self._entries(pending, reason, batch)
+
+    def _pages(
+        self, reason: str | None, batch: str | None, size: int = 200
+    ) -> Iterator[list[OpenEscalation]]:
+        """The open escalations a page at a time, oldest first: a claim stops at the first it
+        takes instead of reading the whole queue (which made resolving N entries take N^2)."""
+        self._sync()
+        low = "-"
+        while True:
+            pending: Any = self.redis.xpending_range(self.stream, self.group, low, "+", size)
+            if not pending:
+                return
+            yield self._entries(pending, reason, batch)
+            if len(pending) < size:
+                return
+            low = "(" + _text(pending[-1]["message_id"])  # exclusive: after the last one read
+
+    def _entries(self, pending: Any, reason: str | None, batch: str | None) -> list[OpenEscalation]:
+        """The open escalations of ``pending`` (XPENDING rows), bodies read in one round trip."""
+        if not pending:
+            return []
         pipe = self.redis.pipeline(transaction=False)
         for item in pending:
             entry_id = _text(item["message_id"])
             pipe.xrange(self.stream, min=entry_id, max=entry_id)
-        bodies: list[Any] = pipe.execute() if pending else []
+        bodies: list[Any] = pipe.execute()
         found = []
         for item, rows in zip(pending, bodies, strict=True):
             entry_id = _text(item["message_id"])
@@ -207,10 +228,15 @@ class EscalationQueue:
         return [item for item, done in zip(found, resolved, strict=True) if not done]
 
     def get(self, entry_id: str) -> OpenEscalation:
-        for item in self.open():
-            if item.entry_id == entry_id:
-                return item
-        raise EscalationNotFound(f"no open escalation {entry_id}")
+        self._sync()
+        try:
+            pending: Any = self.redis.xpending_range(self.stream, self.group, entry_id, entry_id, 1)
+            found = self._entries(pending, None, None)
+        except redis.ResponseError:  # not an entry id at all
+            found = []
+        if not found:
+            raise EscalationNotFound(f"no open escalation {entry_id}")
+        return found[0]
 
     # --- a reviewer's moves --------------------------------------------------------------
     def claim(
@@ -218,7 +244,7 @@ class EscalationQueue:
     ) -> OpenEscalation | None:
         """Take the oldest waiting escalation (or one a silent reviewer let lapse)."""
         _check_reviewer(reviewer)
-        for item in self.open(reason=reason, batch=batch):
+        for item in (e for page in self._pages(reason, batch) for e in page):
             claimable = item.holder is None or item.idle_s * 1000 >= self.claim_idle_ms
             if item.holder == reviewer or not claimable:
                 continue

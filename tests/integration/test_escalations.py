@@ -396,3 +396,46 @@ def test_every_move_through_the_cli_is_in_the_audit_log(r: redis.Redis) -> None:
     ]
     assert all(e["job_id"] == "aud-1" and e["entry_id"] == entry for e in logged)
     assert json.loads(logged[-1]["answer"]) == {"urgent": True, "team": "billing", "mood": 1}
+
+
+class CountingRedis(redis.Redis):
+    """Counts the escalation bodies a queue reads (one XRANGE an entry)."""
+
+    bodies_read = 0
+
+    def pipeline(self, transaction: bool = True, shard_hint: object = None) -> object:
+        pipe = super().pipeline(transaction=transaction, shard_hint=shard_hint)
+        outer = self
+        xrange = pipe.xrange
+
+        def counted(*args: object, **kwargs: object) -> object:
+            outer.bodies_read += 1
+            return xrange(*args, **kwargs)  # type: ignore[arg-type]
+
+        pipe.xrange = counted  # type: ignore[method-assign]
+        return pipe
+
+
+def test_a_claim_reads_a_page_not_the_whole_queue_and_finds_one_past_it(r: redis.Redis) -> None:
+    """Each claim read every open entry, so resolving a queue of N took N^2 reads (1,439
+    resolutions took 9 minutes). A claim now reads a page at a time, oldest first, and still
+    reaches an entry beyond the first page when every one before it is held."""
+    pipe = r.pipeline(transaction=False)
+    for n in range(1000):
+        message = escalation(job(f"p{n:03d}"), "decision_refused", "test", [], {})  # type: ignore[arg-type]
+        pipe.xadd(STREAM, {"message": message.to_json(), "reply_to": "esc-test:replies"})
+    pipe.execute()
+    ann = queue(r)
+    assert ann.claim("ann").message.job_id == "p000"  # type: ignore[union-attr]
+    ids = [entry_id.decode() for entry_id, _ in r.xrange(STREAM, count=430)]
+    held = [ann.claim_entry(entry_id, "ann") for entry_id in ids]  # the oldest 430
+    counting = CountingRedis(connection_pool=r.connection_pool)
+    bob = EscalationQueue(counting, stream=STREAM)
+    taken = bob.claim("bob")
+    assert taken is not None and taken.message.job_id == "p430"  # on the third page
+    assert counting.bodies_read <= 3 * 200
+    counting.bodies_read = 0
+    assert bob.get(held[7].entry_id).holder == "ann"
+    assert counting.bodies_read == 1
+    with pytest.raises(EscalationNotFound):
+        bob.get("not-an-id")
