@@ -37,3 +37,37 @@ def test_json_lines_carry_the_process_and_never_a_secret() -> None:
     assert finished["api_key"] == "[redacted]"
     assert finished["url"] == "redis://user:***@host:6379/0"
     assert "sk-live-123" not in done.stderr and ":pw@" not in done.stderr
+
+
+REFUSED_SCRIPT = """
+import logging
+from celery.worker.consumer import consumer as c
+from worker.process.logs import configure_logging
+configure_logging(fmt="json")
+log = logging.getLogger(c.__name__)
+body = "{'jobs': [{'state': 'Jane Roe, 12 Elm St, card 4111-1111'}]}"
+headers = {"argsrepr": "({'state': 'Jane Roe, 12 Elm St'},)", "task": "decisions.run_jobs"}
+exc = ValueError("decisions.run_jobs: the task takes one argument, jobs")
+log.error(c.INVALID_TASK_ERROR, exc, body, exc_info=False)
+log.error(c.UNKNOWN_TASK_ERROR, exc, body, headers, {"routing_key": "decisions"})
+log.warning(c.UNKNOWN_FORMAT, "body: " + body)
+log.critical(c.MESSAGE_DECODE_ERROR, exc, "application/json", "utf-8", headers, body)
+"""
+
+
+def test_a_message_celery_refuses_is_logged_without_its_body_or_headers() -> None:
+    """Celery's consumer logs up to 1 KiB of a message it refuses, and its headers (whose
+    argsrepr is the jobs again): a job's state, personal data included, in the worker's log.
+    The lines stay (the guard's task.poison line says what was wrong), the contents go."""
+    done = subprocess.run(
+        [sys.executable, "-c", REFUSED_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    lines = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    assert len(lines) == 4, done.stderr
+    assert "Jane Roe" not in done.stderr
+    assert all("left out" in line["event"] for line in lines), lines
+    assert "the task takes one argument, jobs" in lines[0]["event"]

@@ -22,6 +22,7 @@ import structlog
 
 __all__ = [
     "LogFormat",
+    "OmitMessageContents",
     "add_process",
     "configure_logging",
     "is_configured",
@@ -93,6 +94,26 @@ def redact(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> 
     return event_dict
 
 
+class OmitMessageContents(logging.Filter):
+    """Celery's consumer logs up to 1 KiB of a message it refuses (invalid, unknown, not
+    decodable) and its headers, whose ``argsrepr`` is the jobs again: a job's state, personal
+    data included, in the worker's log. Its lines stay, their contents go: an exception stays
+    (it names what was wrong), every other argument is replaced. The guard's ``task.poison``
+    line says which message it was. (A filter on Celery's logger: Celery has no setting.)"""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and "body" in record.msg and isinstance(record.args, tuple):
+            record.args = tuple(
+                a if isinstance(a, BaseException) else _LEFT_OUT for a in record.args
+            )
+        return True
+
+
+_LEFT_OUT = "(left out: a message's contents are not logged)"
+#: The logger Celery's consumer reports refused messages on.
+_CONSUMER_LOGGER = "celery.worker.consumer.consumer"
+
+
 def is_configured() -> bool:
     """Whether ``configure_logging`` ran in this process (a later Celery setup keeps it)."""
     return _configured
@@ -151,6 +172,9 @@ def configure_logging(level: str | int = "INFO", fmt: LogFormat = "auto") -> Non
         named = logging.getLogger(name)
         named.handlers = []
         named.propagate = True
+    consumer = logging.getLogger(_CONSUMER_LOGGER)
+    if not any(isinstance(f, OmitMessageContents) for f in consumer.filters):
+        consumer.addFilter(OmitMessageContents())
     # No line shows where a call was made from, so never look it up (the logging HOWTO's
     # "Optimization": a frame walk per record otherwise).
     logging._srcfile = None
