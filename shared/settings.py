@@ -39,10 +39,14 @@ from shared.setting_types import (
 )
 
 __all__ = [
+    "LOG_LEVELS",
     "Settings",
     "get_settings",
 ]
 
+
+#: The log levels Celery's ``--loglevel`` and ``logging`` both take.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 #: A price or a ceiling in USD: finite, not negative.
 _Usd = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -335,6 +339,16 @@ class Settings(BaseSettings, MaskedRepr):
     console_password_checks: int = Field(
         2, ge=1, le=64, description="password hashes computed at once (64 MiB each); more: 503"
     )
+
+    @field_validator("log_level", mode="after")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        # Checked here so that a wrong name is explained naming its variable, not refused
+        # later by Celery's command line as a bare usage error.
+        level = value.strip().upper()
+        if level not in LOG_LEVELS:
+            raise ValueError(f"{value!r} is not a log level; use one of {', '.join(LOG_LEVELS)}")
+        return level
 
     @field_validator("image_stores", mode="after")
     @classmethod
