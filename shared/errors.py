@@ -137,6 +137,20 @@ class DecisionProviderError(DecisionWorkerError):
         super().__init__(f"{prefix}{code}: {message}")
         self.detail = message
 
+    def problem(self, field: str, *, whose: bool = False) -> FieldProblem:
+        """This refusal as the problem of the job's ``field`` (a rejection): the detail
+        without the field it already begins with (``state: state: ...`` otherwise); with
+        ``whose``, naming the provider whose limit it is (a verifier's, not the job's own).
+        A request's ``assets`` are the job's ``images``."""
+        message = self.detail
+        if self.field and message.startswith(f"{self.field}: "):
+            message = message.removeprefix(f"{self.field}: ")
+        if whose and self.provider and self.provider.lower() not in message.lower():
+            message = f"{message} ({self.provider})"
+        if field == "assets" or field.startswith("assets."):  # a request's name for them
+            field = "images" + field.removeprefix("assets")
+        return FieldProblem(field, message)
+
 
 class LedgerError(DecisionWorkerError):
     """The ledger cannot give its at-most-once guarantee right now."""

@@ -192,7 +192,7 @@ def test_the_dry_run_and_client_refuse_a_token_the_model_cannot_read(tmp_path: P
     report = client.estimate(jobs, store=False)
     assert sorted(report.rejected) == ["nested", "unreferenced"]
     assert [p.field for p in report.rejected["nested"]] == ["state.a.b"]
-    assert [p.field for p in report.rejected["unreferenced"]] == ["assets.i2"]
+    assert [p.field for p in report.rejected["unreferenced"]] == ["images.i2"]
 
 
 def test_a_route_job_with_images_reaches_the_provider_and_the_reviewer(

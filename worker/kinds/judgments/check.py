@@ -61,5 +61,5 @@ def image_problems(job: DecideJob, providers: ProviderRegistry) -> list[FieldPro
     try:
         provider.prepare(decide_request(with_stand_ins(job)), step=DECIDE_STEP)
     except DecisionProviderError as exc:
-        return [FieldProblem(exc.field or "images", exc.detail)]
+        return [exc.problem(exc.field or "images")]
     return []

@@ -122,7 +122,9 @@ def _prepare(
         if exc.code not in ("invalid_request", "configuration"):
             raise
         field = _job_field(exc.field or "questions", rename)
-        raise JobInvalid([FieldProblem(field, exc.detail)], job_id) from None
+        # A verifier's limits are not the job's provider's: its refusal says whose they are.
+        whose = step.startswith("verify")
+        raise JobInvalid([exc.problem(field, whose=whose)], job_id) from None
 
 
 def _job_field(field: str, rename: dict[str, str]) -> str:
