@@ -76,7 +76,7 @@ class Settings(BaseSettings, MaskedRepr):
     # --- providers ---------------------------------------------------------------------
     default_provider: str = Field("faux", description="provider of a job that names none")
     default_model: str | None = Field(None, description="model of a job that names none")
-    provider_timeout_s: float = Field(30.0, description="longest single provider request")
+    provider_timeout_s: float = Field(30.0, gt=0, description="longest single provider request")
     max_transport_attempts: int = Field(
         3, ge=1, le=10, description="sends of a provably unsent request"
     )

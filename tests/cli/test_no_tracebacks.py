@@ -335,6 +335,15 @@ CASES = [
         ("--port", "65535"),
         lines=5,  # the usage box of a bad option value
     ),
+    # A zero or negative provider timeout ran, and every job escalated deadline_exceeded
+    # ("waiting for a send slot"), the setting never named.
+    Case(
+        "run-provider-timeout-zero",
+        ("run", "one.jsonl"),
+        2,
+        ("DECISIONS_PROVIDER_TIMEOUT_S='0'", "greater than 0"),
+        {"provider_timeout_s": "0"},
+    ),
     Case(
         "submit-empty-file-wait",
         ("submit", "empty.jsonl", "--reply-to", "r1", "--wait"),
