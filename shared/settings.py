@@ -97,10 +97,13 @@ class Settings(BaseSettings, MaskedRepr):
     openrouter_default_model: str | None = None
     typesafe_base_url: Url = "https://api.typesafe.ai"
     typesafe_default_model: str = "jev-latest"
-    typesafe_price_per_mtok_usd: float = 0.042
+    # Prices: a negative one failed every job's ledger write, NaN made every cost NaN.
+    typesafe_price_per_mtok_usd: float = Field(0.042, ge=0, allow_inf_nan=False)
     parallel_base_url: Url = "https://api.parallel.ai"
     parallel_list_price_usd: float = Field(
         0.001,
+        ge=0,
+        allow_inf_nan=False,
         validation_alias=AliasChoices(
             "DECISIONS_PARALLEL_LIST_PRICE_USD", "PARALLEL_LIST_PRICE_USD"
         ),
@@ -111,7 +114,7 @@ class Settings(BaseSettings, MaskedRepr):
     )
     openai_base_url: Url = "https://api.openai.com"
     openai_default_model: str = "gpt-6-luna"
-    openai_price_per_mtok_usd: float = 0.10
+    openai_price_per_mtok_usd: float = Field(0.10, ge=0, allow_inf_nan=False)
     systemone_hosts: dict[str, SystemOneHost] = Field(
         default_factory=dict, description="extra System One hosts, by provider name (JSON)"
     )

@@ -344,6 +344,21 @@ CASES = [
         ("DECISIONS_PROVIDER_TIMEOUT_S='0'", "greater than 0"),
         {"provider_timeout_s": "0"},
     ),
+    # A negative price failed every job's ledger write ("a bug"); NaN made every cost NaN.
+    Case(
+        "run-parallel-price-negative",
+        ("run", "one.jsonl"),
+        2,
+        ("DECISIONS_PARALLEL_LIST_PRICE_USD='-5'", "greater than or equal to 0"),
+        {"parallel_list_price_usd": "-5"},
+    ),
+    Case(
+        "run-typesafe-price-nan",
+        ("run", "one.jsonl"),
+        2,
+        ("DECISIONS_TYPESAFE_PRICE_PER_MTOK_USD",),
+        {"typesafe_price_per_mtok_usd": "nan"},
+    ),
     Case(
         "submit-empty-file-wait",
         ("submit", "empty.jsonl", "--reply-to", "r1", "--wait"),
