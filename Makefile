@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit faults soak bench clean fleet fleet-stop containers containers-prepare
+.PHONY: demo test lint typecheck unit faults soak bench clean fleet fleet-install fleet-stop containers containers-prepare
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ demo: $(VENV)/.installed
 FLEET ?= .fleet
 FAUX_URL := $(patsubst %/,%,$(or $(DECISIONS_FAUX_URL),http://127.0.0.1:8765))
 FAUX_PORT ?= $(lastword $(subst :, ,$(FAUX_URL)))
+
+# What a fleet runs on (README "Running a fleet"): the package with the console, metrics and
+# images extras, for processes started by hand in terminals of their own.
+fleet-install: $(VENV)/.installed-fleet
 
 fleet: $(VENV)/.installed-fleet
 	@mkdir -p $(FLEET)

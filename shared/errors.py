@@ -137,11 +137,20 @@ class DecisionProviderError(DecisionWorkerError):
         super().__init__(f"{prefix}{code}: {message}")
         self.detail = message
 
-    def field_problem(self, default: str) -> FieldProblem:
-        """This refusal as a job's field problem (``default`` when it names no field), the
-        field named once: a detail that starts with it does not repeat it after the field."""
-        field = self.field or default
-        return FieldProblem(field, self.detail.removeprefix(f"{field}: "))
+    def problem(self, field: str, *, whose: bool = False) -> FieldProblem:
+        """This refusal as the problem of the job's ``field`` (a rejection): the detail
+        without the field it already begins with (``state: state: ...`` otherwise); with
+        ``whose``, naming the provider whose limit it is (a verifier's, not the job's own).
+        A request's ``assets`` are the job's ``images``."""
+        message = self.detail
+        for named in (self.field, field):
+            if named and message.startswith(f"{named}: "):
+                message = message.removeprefix(f"{named}: ")
+        if whose and self.provider and self.provider.lower() not in message.lower():
+            message = f"{message} ({self.provider})"
+        if field == "assets" or field.startswith("assets."):  # a request's name for them
+            field = "images" + field.removeprefix("assets")
+        return FieldProblem(field, message)
 
 
 class LedgerError(DecisionWorkerError):

@@ -39,10 +39,14 @@ from shared.setting_types import (
 )
 
 __all__ = [
+    "LOG_LEVELS",
     "Settings",
     "get_settings",
 ]
 
+
+#: The log levels Celery's ``--loglevel`` and ``logging`` both take.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 #: A price or a ceiling in USD: finite, not negative.
 _Usd = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -72,7 +76,7 @@ class Settings(BaseSettings, MaskedRepr):
     # --- providers ---------------------------------------------------------------------
     default_provider: str = Field("faux", description="provider of a job that names none")
     default_model: str | None = Field(None, description="model of a job that names none")
-    provider_timeout_s: float = Field(30.0, description="longest single provider request")
+    provider_timeout_s: float = Field(30.0, gt=0, description="longest single provider request")
     max_transport_attempts: int = Field(
         3, ge=1, le=10, description="sends of a provably unsent request"
     )
@@ -93,10 +97,13 @@ class Settings(BaseSettings, MaskedRepr):
     openrouter_default_model: str | None = None
     typesafe_base_url: Url = "https://api.typesafe.ai"
     typesafe_default_model: str = "jev-latest"
-    typesafe_price_per_mtok_usd: float = 0.042
+    # Prices: a negative one failed every job's ledger write, NaN made every cost NaN.
+    typesafe_price_per_mtok_usd: float = Field(0.042, ge=0, allow_inf_nan=False)
     parallel_base_url: Url = "https://api.parallel.ai"
     parallel_list_price_usd: float = Field(
         0.001,
+        ge=0,
+        allow_inf_nan=False,
         validation_alias=AliasChoices(
             "DECISIONS_PARALLEL_LIST_PRICE_USD", "PARALLEL_LIST_PRICE_USD"
         ),
@@ -107,7 +114,7 @@ class Settings(BaseSettings, MaskedRepr):
     )
     openai_base_url: Url = "https://api.openai.com"
     openai_default_model: str = "gpt-6-luna"
-    openai_price_per_mtok_usd: float = 0.10
+    openai_price_per_mtok_usd: float = Field(0.10, ge=0, allow_inf_nan=False)
     systemone_hosts: dict[str, SystemOneHost] = Field(
         default_factory=dict, description="extra System One hosts, by provider name (JSON)"
     )
@@ -335,6 +342,16 @@ class Settings(BaseSettings, MaskedRepr):
     console_password_checks: int = Field(
         2, ge=1, le=64, description="password hashes computed at once (64 MiB each); more: 503"
     )
+
+    @field_validator("log_level", mode="after")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        # Checked here so that a wrong name is explained naming its variable, not refused
+        # later by Celery's command line as a bare usage error.
+        level = value.strip().upper()
+        if level not in LOG_LEVELS:
+            raise ValueError(f"{value!r} is not a log level; use one of {', '.join(LOG_LEVELS)}")
+        return level
 
     @field_validator("image_stores", mode="after")
     @classmethod

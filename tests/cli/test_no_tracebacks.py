@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -312,6 +313,60 @@ CASES = [
         ("--price", "cheap"),
         STREAMS,
     ),
+    # --- found by a newcomer's first hour ------------------------------------------------------
+    Case(
+        "worker-log-level-unknown",
+        ("worker",),
+        2,
+        ("DECISIONS_LOG_LEVEL='LOUD'", "DEBUG, INFO, WARNING"),
+        {"log_level": "LOUD"},
+    ),
+    Case(
+        "migrate-ledger-driver-missing",
+        ("migrate",),
+        2,
+        ("DECISIONS_LEDGER_URL=mysql://u@127.0.0.1/x", "'MySQLdb' is not installed"),
+        {"ledger_url": "mysql://u@127.0.0.1/x"},
+    ),
+    Case(
+        "console-port-out-of-range",
+        ("console", "--port", "99999"),
+        2,
+        ("--port", "65535"),
+        lines=5,  # the usage box of a bad option value
+    ),
+    # A zero or negative provider timeout ran, and every job escalated deadline_exceeded
+    # ("waiting for a send slot"), the setting never named.
+    Case(
+        "run-provider-timeout-zero",
+        ("run", "one.jsonl"),
+        2,
+        ("DECISIONS_PROVIDER_TIMEOUT_S='0'", "greater than 0"),
+        {"provider_timeout_s": "0"},
+    ),
+    # A negative price failed every job's ledger write ("a bug"); NaN made every cost NaN.
+    Case(
+        "run-parallel-price-negative",
+        ("run", "one.jsonl"),
+        2,
+        ("DECISIONS_PARALLEL_LIST_PRICE_USD='-5'", "greater than or equal to 0"),
+        {"parallel_list_price_usd": "-5"},
+    ),
+    Case(
+        "run-typesafe-price-nan",
+        ("run", "one.jsonl"),
+        2,
+        ("DECISIONS_TYPESAFE_PRICE_PER_MTOK_USD",),
+        {"typesafe_price_per_mtok_usd": "nan"},
+    ),
+    Case(
+        "submit-empty-file-wait",
+        ("submit", "empty.jsonl", "--reply-to", "r1", "--wait"),
+        2,
+        ("empty.jsonl holds no job",),
+        STREAMS,
+        needs="redis",
+    ),
 ]
 
 
@@ -321,6 +376,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copy(ROOT / "examples" / "tickets.jsonl", root / "tickets.jsonl")
     first = (ROOT / "examples" / "tickets.jsonl").read_text().splitlines()[0]
     (root / "one.jsonl").write_text(first + "\n")
+    (root / "empty.jsonl").write_text("")
     line = json.dumps({"id": "t-1", "state": "ok", "questions": {}})
     # Line 2 is Latin-1: its "é" (0xe9), the 28th character, is not UTF-8.
     (root / "latin1.jsonl").write_bytes(
@@ -381,3 +437,15 @@ def test_migrate_says_it_created_the_schema_then_that_it_is_current(workdir: Pat
         again = decisions("migrate", cwd=workdir, ledger_url=url)
         assert again.code == 0, again.output
         assert "up to date" in again.stdout and "created" not in again.stdout
+
+
+def test_the_console_on_a_port_in_use_names_it_and_the_fix(workdir: Path) -> None:
+    ledger_url = f"sqlite:///{workdir / 'console-ledger.db'}"
+    assert decisions("migrate", cwd=workdir, ledger_url=ledger_url).code == 0
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done = decisions("console", "--port", str(port), cwd=workdir, ledger_url=ledger_url)
+    assert traceback_in(done.output) is None, done.output
+    assert done.code == 2, done.output
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "another --port" in done.stderr

@@ -115,3 +115,22 @@ def test_lines_rejected_at_submit_are_counted_in_the_batchs_status(tmp_path: Pat
     assert table.code == 0, table.output
     assert re.search(r"rejected at submit\s*│\s*2\b", table.stdout), table.stdout
     assert re.search(r"lines submitted\s*│\s*2\b", table.stdout), table.stdout
+
+
+def test_run_names_a_bad_line_by_the_id_its_rejection_carries(tmp_path: Path) -> None:
+    """``decisions run`` says which ``rejected.jsonl`` entry a line without an id became, as
+    ``submit`` does for the stream; a comment line before it does not shift the count."""
+    batch = tmp_path / "bad.jsonl"
+    good = json.dumps({"id": "fine", "state": "x", "questions": GOOD_QUESTIONS})
+    batch.write_bytes(b"// a comment\n" + good.encode() + b"\n" + b"not json at all\n")
+    done = decisions(
+        "run", str(batch), "--out", str(tmp_path / "out"), cwd=tmp_path,
+        ledger_url=f"sqlite:///{tmp_path / 'ledger.db'}",
+    )  # fmt: skip
+    assert traceback_in(done.output) is None
+    assert done.code == 0, done.output
+    said = re.search(r"line (\d+): not JSON.*\[stream id ([^]]+)\]", done.stderr)
+    assert said is not None, done.stderr
+    rejected = [json.loads(line) for line in (tmp_path / "out" / "rejected.jsonl").open()]
+    assert said[1] == "3"
+    assert [r["job_id"] for r in rejected] == [said[2]]

@@ -27,6 +27,12 @@ WIDE_ELEMENTS = """[...document.querySelectorAll('body *')]
   .slice(0, 8)
   .map(e => e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right))"""
 BATCH = "truth-b"
+#: The ids in a table that the page broke over several lines (an inline element broken at a
+#: line end has one box per line).
+BROKEN_IDS = """[...document.querySelectorAll('table.list code')]
+  .filter(e => e.getClientRects().length > 1)
+  .slice(0, 8)
+  .map(e => e.textContent)"""
 
 
 def rejected_job(ledger: Ledger, job_id: str, batch: str) -> None:
@@ -174,6 +180,8 @@ def test_every_page_fits_a_phone_360_px_wide(
             width = page.evaluate("document.documentElement.scrollWidth")
             wide = page.evaluate(WIDE_ELEMENTS)
             assert width <= 360, f"{path} is {width} px wide at 360 px: {wide}"
+            broken = page.evaluate(BROKEN_IDS)
+            assert broken == [], f"{path}: ids broken over lines at 360 px: {broken}"
             for control in ("Escalations", "Batches", "Log out"):
                 box = page.locator("header.top").get_by_text(control).bounding_box()
                 assert box is not None, f"{path}: {control} is not shown"

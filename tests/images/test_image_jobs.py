@@ -192,7 +192,7 @@ def test_the_dry_run_and_client_refuse_a_token_the_model_cannot_read(tmp_path: P
     report = client.estimate(jobs, store=False)
     assert sorted(report.rejected) == ["nested", "unreferenced"]
     assert [p.field for p in report.rejected["nested"]] == ["state.a.b"]
-    assert [p.field for p in report.rejected["unreferenced"]] == ["assets.i2"]
+    assert [p.field for p in report.rejected["unreferenced"]] == ["images.i2"]
     # Each problem names its field once ("state.a.b: state.a.b: ..." before).
     for problems in report.rejected.values():
         assert all(not p.message.startswith(p.field) for p in problems), problems

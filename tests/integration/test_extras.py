@@ -175,7 +175,7 @@ def test_an_image_job_without_pillow_is_rejected_naming_the_extra(tmp_path: Path
     assert [r["job_id"] for r in rejected] == ["no-pillow-1"]
     problems = rejected[0]["problems"]
     # The image named as the provider's refusals name it (the request's ``assets``).
-    assert [p["field"] for p in problems] == ["assets.i1"], problems
+    assert [p["field"] for p in problems] == ["images.i1"], problems
     assert "pip install 'decision-worker[images]'" in problems[0]["message"]
     assert "nothing was sent" in problems[0]["message"]
     assert not rejected[0].get("receipts")

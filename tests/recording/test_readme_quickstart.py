@@ -183,6 +183,23 @@ def test_the_quick_start_runs_as_written(clone: Path) -> None:
     assert '"mail-1"' in replies and '"t-9"' in replies
 
 
+def test_the_fleet_installs_the_extras_its_terminals_need_before_starting_them() -> None:
+    # The clone above has every extra (stamped as installed), so only this says that a
+    # newcomer who ran `make demo` (the package alone) gets the console's extra before
+    # `decisions console` is started in its terminal.
+    text = section("Running a fleet")
+    console_block = text.index("decisions console")
+    installs = [
+        c
+        for block in shell_blocks("Running a fleet")
+        if text.index(block) < console_block
+        for c in _commands(block)
+    ]
+    assert any(c in ("make fleet-install", "make fleet") or "[console" in c for c in installs)
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^fleet-install: \$\(VENV\)/\.installed-fleet$", makefile, re.M)
+
+
 def _fleet_blocks() -> dict[str, list[str]]:
     """The section's blocks by role: the environment, the terminals, ``make fleet``, use."""
     blocks = shell_blocks("Running a fleet")

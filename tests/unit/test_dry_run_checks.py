@@ -12,6 +12,7 @@ from shared.errors import JobInvalid
 from shared.job_parsing import parse_job
 from shared.settings import Settings
 from worker.kinds.decide import prepare_decide
+from worker.kinds.judgments.check import judgment_checker
 from worker.kinds.menus.submit import job_checker
 from worker.providers import ProviderRegistry
 from worker.runtimes import RuntimeRegistry
@@ -64,3 +65,41 @@ def test_an_unknown_model_is_refused_by_both(
     job = decide("parallel", "Is it urgent?", model="not-a-parallel-model")
     problems = job_checker(providers, runtimes)(job)
     assert problems and problems[0].field == "model"
+
+
+PNG = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5Erk"
+    "Jggg=="
+)
+
+
+@pytest.mark.parametrize(
+    ("job", "field", "says"),
+    [
+        # A verifier's limit, not the job's provider's: the message names whose it is.
+        (
+            decide("faux", "Urgent?", state="z" * 100_000, verify={"provider": "parallel"}),
+            "state",
+            "100000 bytes; at most 96000; nothing was sent (parallel)",
+        ),
+        # The job carries "images"; "assets" is only the provider's name for them.
+        (
+            decide(
+                "parallel",
+                "Urgent?",
+                state="see <i1>",
+                images={"i1": {"format": "png", "data_base64": PNG}},
+            ),
+            "images",
+            "Parallel takes no images; nothing was sent",
+        ),
+    ],
+    ids=["verifier-state-limit", "images-for-parallel"],
+)
+def test_a_providers_refusal_names_the_jobs_field_once(
+    registries: tuple[ProviderRegistry, RuntimeRegistry], job: Any, field: str, says: str
+) -> None:
+    providers, runtimes = registries
+    # As `decisions submit` checks (worker.cli.queue): the judgments' plans, then the rest.
+    problems = judgment_checker(providers, job_checker(providers, runtimes))(job)
+    assert [(p.field, p.message) for p in problems] == [(field, says)]

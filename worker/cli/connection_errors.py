@@ -81,6 +81,21 @@ def _no_dialect(exc: sa_exc.NoSuchModuleError) -> Explanation:
     )
 
 
+def _no_driver(exc: ModuleNotFoundError) -> Explanation | None:
+    # SQLAlchemy knows the dialect (mysql://, oracle://) but imports its driver only when
+    # the engine is made: a missing one is the ledger URL's problem, not a bug.
+    tb = exc.__traceback__
+    while tb is not None and "sqlalchemy" not in tb.tb_frame.f_code.co_filename:
+        tb = tb.tb_next
+    if tb is None:
+        return None
+    return Explanation(
+        f"DECISIONS_LEDGER_URL={setting_url('ledger_url')}: its database driver "
+        f"{exc.name!r} is not installed",
+        f"install that driver, or write {LEDGER_EXAMPLE}",
+    )
+
+
 def _ledger_url_invalid(exc: sa_exc.ArgumentError) -> Explanation:
     return Explanation(
         f"DECISIONS_LEDGER_URL={setting_url('ledger_url')} is not a database URL ({exc})",
@@ -210,6 +225,7 @@ def _variables_for(message: str) -> list[str]:
 CONNECTION_HANDLERS: list[tuple[Any, Callable[[Any], Explanation | None]]] = [
     (LedgerUnavailable, _ledger_unavailable),
     (sa_exc.NoSuchModuleError, _no_dialect),
+    (ModuleNotFoundError, _no_driver),
     (sa_exc.ArgumentError, _ledger_url_invalid),
     (sa_exc.OperationalError, _ledger_operational),
     (redis.exceptions.AuthenticationError, _redis_auth),

@@ -27,7 +27,7 @@ from shared.settings import Settings
 from worker.cli.connection_errors import CONNECTION_HANDLERS
 from worker.cli.explanation import RUNTIME, USAGE, Explanation, masked, setting_variable
 
-__all__ = ["RUNTIME", "USAGE", "Explanation", "explain"]
+__all__ = ["RUNTIME", "UNEXPECTED", "USAGE", "Explanation", "explain"]
 
 #: The optional extras (pyproject.toml), by the top-level modules they install: a command
 #: that needs one that is missing says what to install, in one line.
@@ -48,6 +48,8 @@ EXTRAS = {
 #: Functions that parse a command-line value, and the option whose value they parse: a
 #: ``ValueError`` raised in one of them is a usage error of that option.
 OPTION_PARSERS = {"parse_price": "--price"}
+#: How the explanation of an error nobody foresaw begins.
+UNEXPECTED = "unexpected error"
 DEBUG_HINT = "decisions --debug ... (or DECISIONS_DEBUG=1) shows the traceback"
 
 
@@ -59,7 +61,7 @@ def explain(exc: BaseException) -> Explanation:
             if found is not None:
                 return found
     return Explanation(
-        f"unexpected error: {type(exc).__name__}: {masked(str(exc))}",
+        f"{UNEXPECTED}: {type(exc).__name__}: {masked(str(exc))}",
         f"this is a bug in decisions; {DEBUG_HINT}; please report it",
         RUNTIME,
     )
@@ -81,7 +83,7 @@ def _settings_invalid(exc: pydantic.ValidationError) -> Explanation | None:
         where = ".".join(loc[1:])
         value = "" if _is_secret(loc[0]) else f"={masked(repr(error.get('input')))}"
         path = f" ({where})" if where else ""
-        problems.append(f"{variable}{value}{path}: {error['msg']}")
+        problems.append(f"{variable}{value}{path}: {error['msg'].removeprefix('Value error, ')}")
     return Explanation(
         "; ".join(problems),
         "fix the variable (in the environment or .env) or unset it for its default "

@@ -105,6 +105,11 @@ def register(app: typer.Typer) -> None:
             err_console.print(f"[yellow]rejected[/] {escape(where)}: {escape(listed)}")
         if not wait:
             return
+        if not report.job_ids and not report.rejected:
+            # An empty file (or blank and comment lines only): nothing was rejected either.
+            err_console.print(f"[red]{escape(str(file))} holds no job: nothing was queued[/]")
+            err_console.print("put one JSON job object per line and submit again")
+            raise typer.Exit(2)
         if not report.job_ids:
             err_console.print(
                 f"[red]every job was rejected ({len(report.rejected)}): nothing was queued, "

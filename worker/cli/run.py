@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from shared.rejection import rejection_for
 from shared.settings import get_settings
 from worker.cli.jsonl import read_lines, unreadable_problems
 from worker.cli.terminal import console, err_console
@@ -56,9 +57,13 @@ def register(app: typer.Typer) -> None:
             )
         console.print(f"ledger: {settings.ledger_url}")
         lines = read_lines(file)
+        by_number = {line.number: line for line in lines}  # blank and // lines are skipped
         for number, problem in unreadable_problems(lines):
-            # Each is rejected when its turn comes; named here by its line, since it has no id.
-            err_console.print(f"[yellow]line {number}[/]: {escape(problem.message)}")
+            # Each is rejected when its turn comes; named here by its line, since it has no
+            # id, and by the id its rejected message carries (as `decisions submit` does).
+            stream_id = rejection_for(by_number[number].job, [problem]).job_id
+            said = f"{problem.message} [stream id {stream_id}]"
+            err_console.print(f"[yellow]line {number}[/]: {escape(said)}")
         jobs = [line.job for line in lines]
         with Progress(
             TextColumn("[bold]jobs"),

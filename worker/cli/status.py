@@ -24,6 +24,7 @@ from rich.table import Table
 
 from shared.intake import IntakeBook, IntakeCounts
 from shared.settings import get_settings
+from worker.cli.errors import UNEXPECTED, explain
 from worker.cli.terminal import console
 from worker.ledger import Ledger
 from worker.observability.metrics.fleet import (
@@ -174,6 +175,10 @@ def _shown(value: object) -> str:
 
 
 def _why(exc: BaseException) -> str:
-    # The class and message only, any URL password in it masked.
+    # What the other verbs say of the same error (the setting and the fix) when it is a known
+    # one; else the class and message only. Any URL password in it masked.
+    explained = explain(exc)
+    if not explained.problem.startswith(UNEXPECTED):
+        return "; ".join(explained.lines())[:300]
     first = (str(exc).splitlines() or [""])[0]
     return mask_passwords(f"{type(exc).__name__}: {first}")[:300]

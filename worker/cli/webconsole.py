@@ -6,6 +6,7 @@ Not to be confused with ``worker.cli.terminal``, the rich terminal console of th
 from __future__ import annotations
 
 import getpass
+import socket
 from pathlib import Path
 
 import typer
@@ -31,7 +32,9 @@ def register(app: typer.Typer) -> None:
 @console_app.callback()
 def serve(
     ctx: typer.Context,
-    port: int | None = typer.Option(None, "--port", help="default DECISIONS_CONSOLE_PORT"),
+    port: int | None = typer.Option(
+        None, "--port", min=1, max=65535, help="default DECISIONS_CONSOLE_PORT"
+    ),
     host: str | None = typer.Option(None, "--host", help="default DECISIONS_CONSOLE_HOST"),
 ) -> None:
     """Serve the console (logins from DECISIONS_CONSOLE_USERS_FILE and DECISIONS_CONSOLE_USERS)."""
@@ -62,8 +65,28 @@ def serve(
     app = create_app(settings, ledger=ledger)
     bind_host = host or settings.console_host
     bind_port = port or settings.console_port
+    listening = _listen(bind_host, bind_port)
     console.print(f"reviewer console on http://{bind_host}:{bind_port}  (ledger {ledger.url})")
-    uvicorn.run(app, host=bind_host, port=bind_port, log_level="warning", access_log=False)
+    config = uvicorn.Config(
+        app, host=bind_host, port=bind_port, log_level="warning", access_log=False
+    )
+    uvicorn.Server(config).run(sockets=[listening])
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The console's listening socket, bound here: uvicorn reports a port in use or a host
+    it cannot bind as a logged traceback and exit status 3, not as one line with the fix."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET  # "::" binds IPv6
+        return socket.create_server((host, port), family=family)
+    except OSError as exc:  # in use, an address not on this machine, a host that does not resolve
+        why = exc.strerror or str(exc)
+        err_console.print(f"[red]the console cannot listen on {host}:{port}:[/] {why}")
+        err_console.print(
+            "stop what listens there, or choose another --port/--host "
+            "(DECISIONS_CONSOLE_PORT, DECISIONS_CONSOLE_HOST)"
+        )
+        raise typer.Exit(2) from None
 
 
 @console_app.command("hash-password")

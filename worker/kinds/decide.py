@@ -74,7 +74,7 @@ def prepare_decide(job: AnyJob, providers: ProviderRegistry) -> Prepared:
         prepared = provider.prepare(decide_request(job), step=DECIDE_STEP)
     except DecisionProviderError as exc:
         if exc.code in ("invalid_request", "configuration"):
-            raise JobInvalid([exc.field_problem("questions")], job.id) from None
+            raise JobInvalid([exc.problem(exc.field or "questions")], job.id) from None
         raise
     # A job carrying a budget for a provider with no known maximum could never be sent.
     problem = no_maximum(job, provider.name, providers.worst_cost(provider, prepared))

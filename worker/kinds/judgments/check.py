@@ -62,5 +62,5 @@ def image_problems(job: DecideJob, providers: ProviderRegistry) -> list[FieldPro
     try:
         provider.prepare(decide_request(with_stand_ins(job)), step=DECIDE_STEP)
     except DecisionProviderError as exc:
-        return [exc.field_problem("images")]
+        return [exc.problem(exc.field or "images")]
     return []

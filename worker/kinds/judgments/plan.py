@@ -121,9 +121,10 @@ def _prepare(
     except DecisionProviderError as exc:
         if exc.code not in ("invalid_request", "configuration"):
             raise
-        problem = exc.field_problem("questions")
-        field = _job_field(problem.field, rename)
-        raise JobInvalid([FieldProblem(field, problem.message)], job_id) from None
+        field = _job_field(exc.field or "questions", rename)
+        # A verifier's limits are not the job's provider's: its refusal says whose they are.
+        whose = step.startswith("verify")
+        raise JobInvalid([exc.problem(field, whose=whose)], job_id) from None
 
 
 def _job_field(field: str, rename: dict[str, str]) -> str:
