@@ -15,17 +15,22 @@ consumer reconnects) is acknowledged on that closed channel: the same ``Attribut
 This channel skips that second restore, and such late acknowledgements, when its
 transport is detached: the messages stay in kombu's unacknowledged set in Redis, where the
 visibility timeout puts them back (as after a ``kill -9``), and the worker reconnects.
-Everything else is kombu's own transport; it is subclassed rather than patched, so the
-channels of other transports are untouched; ``worker.app`` installs it for ``redis://`` and
-``rediss://`` (``install``).
+Its delivery also stands the guard's poison envelope for one kombu could not take in
+(``worker.process.guard.checked_envelope``). Everything else is kombu's own transport; it
+is subclassed rather than patched, so the channels of other transports are untouched;
+``worker.app`` installs it for ``redis://`` and ``rediss://`` (``install``).
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from kombu import transport as kombu_transports
 from kombu.transport import redis as kombu_redis
+
+from shared.keys import CELERY_QUEUE
+from worker.process.guard import checked_envelope
 
 __all__ = ["TRANSPORT", "Channel", "Transport", "install"]
 
@@ -84,3 +89,15 @@ class Channel(kombu_redis.Channel):
 
 class Transport(kombu_redis.Transport):
     Channel = Channel
+
+    def _deliver(self, message: Any, queue: str) -> None:
+        """kombu's delivery, of an envelope it can take in: one pushed by hand onto the task
+        queue that it could not (``42``, a list for headers) raised in the consumer's loop
+        and stopped the worker; the guard's poison envelope stands for it and is dropped
+        with a ``task.poison`` line. On any other queue (the remote-control mailbox) such
+        an envelope is only logged and dropped."""
+        checked = checked_envelope(message)
+        if checked is not message and queue != CELERY_QUEUE:
+            log.warning("broker.unreadable_envelope on %s: dropped", queue)
+            return
+        super()._deliver(checked, queue)
