@@ -68,7 +68,9 @@ class Settings(BaseSettings, MaskedRepr):
         "redis://127.0.0.1:6379/0", description="Redis holding reply and escalation streams"
     )
     ledger_url: Url = Field("sqlite:///./decisions.db", description="SQLAlchemy URL of the ledger")
-    sqlite_busy_timeout_s: float = Field(5.0, description="SQLite busy timeout (several processes)")
+    sqlite_busy_timeout_s: float = Field(
+        5.0, ge=0, description="SQLite busy timeout (several processes)"
+    )
     ledger_group_commit: bool = Field(
         True, description="group the ledger writes of concurrent jobs into shared transactions"
     )
@@ -161,7 +163,9 @@ class Settings(BaseSettings, MaskedRepr):
     deadline_ceiling_s: float = Field(900.0, gt=0, description="longest deadline a job may ask")
     lease_margin_s: float = Field(30.0, ge=0, description="claim lease = deadline + this margin")
     visibility_timeout_s: float = Field(
-        3600.0, description="broker redelivery timeout; must be well above the deadline ceiling"
+        3600.0,
+        gt=0,
+        description="broker redelivery timeout; must be well above the deadline ceiling",
     )
     intake_grace_s: float = Field(
         60.0,
@@ -181,7 +185,9 @@ class Settings(BaseSettings, MaskedRepr):
     reaper_interval_s: float = Field(
         30.0, ge=0, description="how often a worker escalates expired claims (0: never)"
     )
-    publish_marker_ttl_s: int = Field(7 * 24 * 3600, description="how long publish-once holds")
+    publish_marker_ttl_s: int = Field(
+        7 * 24 * 3600, gt=0, description="how long publish-once holds"
+    )
     accept_volatile_streams: bool = Field(
         False,
         description="start a worker even if the streams Redis does not persist (no AOF, no RDB):"
@@ -256,7 +262,9 @@ class Settings(BaseSettings, MaskedRepr):
         default_factory=list,
         description="modules registering menu handlers (comma-separated or a JSON list)",
     )
-    metrics_port: int | None = Field(None, description="Prometheus port (unset: no endpoint)")
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="Prometheus port (unset: no endpoint)"
+    )
     metrics_addr: str = Field(
         "127.0.0.1",
         description="address the metrics endpoint listens on (with metrics_port); 0.0.0.0 "
@@ -289,7 +297,7 @@ class Settings(BaseSettings, MaskedRepr):
 
     # --- reviewers -----------------------------------------------------------------------
     escalation_claim_idle_s: float = Field(
-        900.0, description="an escalation claimed this long ago by a silent reviewer returns"
+        900.0, ge=0, description="an escalation claimed this long ago by a silent reviewer returns"
     )
 
     # --- calibration (shared.calibration) ------------------------------------------------

@@ -359,6 +359,24 @@ CASES = [
         ("DECISIONS_TYPESAFE_PRICE_PER_MTOK_USD",),
         {"typesafe_price_per_mtok_usd": "nan"},
     ),
+    # Accepted silently before: a marker that expires at once (publish-once no more), a
+    # claim that returns at once, a port no socket can have.
+    *(
+        Case(
+            f"run-{name}-out-of-range",
+            ("run", "one.jsonl"),
+            2,
+            (f"DECISIONS_{name.upper()}='{value}'", expected),
+            {name: value},
+        )
+        for name, value, expected in (
+            ("publish_marker_ttl_s", "-1", "greater than 0"),
+            ("escalation_claim_idle_s", "-5", "greater than or equal to 0"),
+            ("visibility_timeout_s", "0", "greater than 0"),
+            ("sqlite_busy_timeout_s", "-1", "greater than or equal to 0"),
+            ("metrics_port", "70000", "less than or equal to 65535"),
+        )
+    ),
     Case(
         "submit-empty-file-wait",
         ("submit", "empty.jsonl", "--reply-to", "r1", "--wait"),
