@@ -44,7 +44,7 @@ from shared.prices import Price
 from shared.rejection import rejection_for
 from shared.replies import TERMINAL_TYPES, Reply, parse_reply
 from shared.settings import Settings, get_settings
-from shared.streams import RedisPublisher, ReplyPublisher, follow_stream, read_stream
+from shared.streams import Publication, RedisPublisher, ReplyPublisher, follow_stream, read_stream
 from shared.submit_rejections import record_submit_rejection
 
 __all__ = ["Client", "JobChecker", "SubmitReport"]
@@ -348,12 +348,13 @@ class Client:
             raw = {**raw, "reply_to": reply_to}
         rejection = rejection_for(raw, exc.problems, reply_to=reply_to)
         self.publisher.publish(
-            stream=rejection.stream,
-            job_id=rejection.job_id,
-            message_type="rejected",
-            message_json=rejection.message.to_json(),
-            escalation=False,
-            marker=rejection.marker,
+            Publication(
+                stream=rejection.stream,
+                job_id=rejection.job_id,
+                message_type="rejected",
+                message_json=rejection.message.to_json(),
+                marker=rejection.marker,
+            )
         )
         if self.count_rejections:
             record_submit_rejection(self.redis, rejection)

@@ -261,17 +261,7 @@ def _evalsha_many(client: redis.Redis, calls: list[tuple[list[str], list[Any]]])
 class ReplyPublisher(Protocol):
     """Where terminal messages go: Redis streams in a fleet, memory in the embedded run."""
 
-    def publish(
-        self,
-        *,
-        stream: str,
-        job_id: str,
-        message_type: str,
-        message_json: str,
-        escalation: bool,
-        marker: str | None = None,
-        audit_json: str | None = None,
-    ) -> bool:
+    def publish(self, item: Publication) -> bool:
         """Append once (per stream and marker, default the job id); True if appended now,
         False if it was published before; raises (``PublishFailed``) if nothing was written."""
         ...
@@ -285,28 +275,18 @@ class RedisPublisher:
         self.ttl_s = ttl_s
         self.escalation_stream = escalation_stream
 
-    def publish(
-        self,
-        *,
-        stream: str,
-        job_id: str,
-        message_type: str,
-        message_json: str,
-        escalation: bool,
-        marker: str | None = None,
-        audit_json: str | None = None,
-    ) -> bool:
+    def publish(self, item: Publication) -> bool:
         return publish_once(
             self.client,
-            stream=stream,
-            job_id=job_id,
-            message_type=message_type,
-            message_json=message_json,
-            escalation=escalation,
-            marker=marker,
+            stream=item.stream,
+            job_id=item.job_id,
+            message_type=item.message_type,
+            message_json=item.message_json,
+            escalation=item.escalation,
+            marker=item.marker,
             ttl_s=self.ttl_s,
             escalation_stream=self.escalation_stream,
-            audit_json=audit_json,
+            audit_json=item.audit_json,
         )
 
     def publish_many(self, publications: list[Publication]) -> list[bool | Exception]:

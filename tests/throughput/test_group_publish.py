@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import redis
 
 from shared import keys
 from shared.replies import EscalationMessage, ResultMessage
-from shared.streams import RedisPublisher, read_entries, read_stream
+from shared.streams import Publication, RedisPublisher, read_entries, read_stream
 from tests.support.ownservers import own_redis
 from tests.support.services import redis_database
 from tests.throughput.support import REDIS_DB
@@ -32,24 +33,13 @@ def client() -> Iterator[redis.Redis]:
         yield client
 
 
-def result(job_id: str) -> dict[str, Any]:
-    return {
-        "stream": STREAM,
-        "job_id": job_id,
-        "message_type": "result",
-        "message_json": ResultMessage(job_id=job_id).to_json(),
-        "escalation": False,
-    }
+def result(job_id: str) -> Publication:
+    return Publication(STREAM, job_id, "result", ResultMessage(job_id=job_id).to_json())
 
 
-def escalated(job_id: str) -> dict[str, Any]:
-    return {
-        "stream": STREAM,
-        "job_id": job_id,
-        "message_type": "escalation",
-        "message_json": EscalationMessage(job_id=job_id, reason="low_confidence").to_json(),
-        "escalation": True,
-    }
+def escalated(job_id: str) -> Publication:
+    message = EscalationMessage(job_id=job_id, reason="low_confidence").to_json()
+    return Publication(STREAM, job_id, "escalation", message, escalation=True)
 
 
 def test_many_publishes_share_round_trips_and_each_lands_once(client: redis.Redis) -> None:
@@ -59,12 +49,12 @@ def test_many_publishes_share_round_trips_and_each_lands_once(client: redis.Redi
     async def scenario() -> tuple[list[Any], list[Any]]:
         first = await asyncio.gather(
             *(
-                group.publish(**(escalated(i) if n % 10 == 0 else result(i)))
+                group.publish(escalated(i) if n % 10 == 0 else result(i))
                 for n, i in enumerate(ids)
             )
         )
         # Every one again (a redelivery replaying from the ledger), some twice in one batch.
-        again = await asyncio.gather(*(group.publish(**result(i)) for i in ids + ids[:20]))
+        again = await asyncio.gather(*(group.publish(result(i)) for i in ids + ids[:20]))
         return first, again
 
     first, again = asyncio.run(scenario())
@@ -86,9 +76,9 @@ def test_a_marker_names_the_publication_it_guards(client: redis.Redis) -> None:
 
     async def scenario() -> list[Any]:
         return await asyncio.gather(
-            group.publish(**result("same"), marker="rejected:1"),
-            group.publish(**result("same"), marker="rejected:2"),
-            group.publish(**result("same"), marker="rejected:1"),
+            group.publish(replace(result("same"), marker="rejected:1")),
+            group.publish(replace(result("same"), marker="rejected:2")),
+            group.publish(replace(result("same"), marker="rejected:1")),
         )
 
     answers = asyncio.run(scenario())
@@ -104,7 +94,7 @@ def test_redis_gone_fails_every_waiting_publish_and_nothing_is_lost(tmp_path: Pa
 
         async def publish(ids: list[str]) -> list[Any]:
             return await asyncio.gather(
-                *(group.publish(**result(i)) for i in ids), return_exceptions=True
+                *(group.publish(result(i)) for i in ids), return_exceptions=True
             )
 
         assert asyncio.run(publish(["a", "b"])) == [True, True]

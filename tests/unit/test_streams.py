@@ -187,9 +187,7 @@ def test_a_resolved_job_is_not_escalated_again(r: fakeredis.FakeRedis) -> None:
 def test_the_memory_sink_escalates_a_job_once_too() -> None:
     sink = MemorySink()
     for stream in ("a", "b", "a"):
-        sink.publish(
-            stream=stream, job_id="j", message_type="escalation", message_json="{}", escalation=True
-        )
+        sink.publish(Publication(stream, "j", "escalation", "{}", escalation=True))
     assert [(m.stream, m.escalation) for m in sink.snapshot()] == [("a", True), ("b", False)]
 
 

@@ -17,7 +17,7 @@ import structlog
 
 from shared.errors import FieldProblem
 from shared.rejection import rejection_for
-from shared.streams import ReplyPublisher
+from shared.streams import Publication, ReplyPublisher
 from worker.delivery.audits import audit_json
 from worker.delivery.ledger_io import LedgerIO
 from worker.delivery.reply_batch import GroupPublish
@@ -41,34 +41,34 @@ class Outbox:
         self.observer = observer
         self.group = group
 
-    async def _send(self, **kwargs: Any) -> None:
+    async def _send(self, item: Publication) -> None:
         # The one place every terminal message and rejection is published: its span is here.
         with publish_span(
-            stream=kwargs["stream"],
-            job_id=kwargs["job_id"],
-            message_type=kwargs["message_type"],
-            escalation=kwargs["escalation"],
+            stream=item.stream,
+            job_id=item.job_id,
+            message_type=item.message_type,
+            escalation=item.escalation,
         ):
             if self.group is not None:
-                await self.group.publish(**kwargs)
+                await self.group.publish(item)
             else:
-                await asyncio.to_thread(lambda: self.sink.publish(**kwargs))
+                await asyncio.to_thread(self.sink.publish, item)
 
     async def publish(self, row: JobRow, stream: str) -> str:
         """Publish the stored terminal message (first written wins) to this delivery's stream."""
         assert row.terminal_message is not None and row.terminal_type is not None
-        audit = audit_json(row)
         await self._send(
-            stream=stream,
-            job_id=row.job_id,
-            message_type=row.terminal_type,
-            message_json=row.terminal_message,
-            escalation=row.terminal_type == "escalation",
-            # Only when there is one: a sink that predates audits never sees the argument.
-            **({} if audit is None else {"audit_json": audit}),
-            # A job ``decisions budget resume`` reopened publishes its new message once more,
-            # under a marker of its own (its first one holds the message before).
-            marker=None if row.resumes == 0 else f"resume.{row.resumes}:{row.job_id}",
+            Publication(
+                stream=stream,
+                job_id=row.job_id,
+                message_type=row.terminal_type,
+                message_json=row.terminal_message,
+                escalation=row.terminal_type == "escalation",
+                # A job ``decisions budget resume`` reopened publishes its new message once
+                # more, under a marker of its own (its first one holds the message before).
+                marker=None if row.resumes == 0 else f"resume.{row.resumes}:{row.job_id}",
+                audit_json=audit_json(row),
+            )
         )
         if row.published_at is None:
             await self.ledger.mark_published(row.job_id)
@@ -79,12 +79,13 @@ class Outbox:
         rejection = rejection_for(raw, problems)
         log.info("job.rejected", job_id=rejection.job_id, fields=[p.field for p in problems])
         await self._send(
-            stream=rejection.stream,
-            job_id=rejection.job_id,
-            message_type="rejected",
-            message_json=rejection.message.to_json(),
-            escalation=False,
-            marker=rejection.marker,
+            Publication(
+                stream=rejection.stream,
+                job_id=rejection.job_id,
+                message_type="rejected",
+                message_json=rejection.message.to_json(),
+                marker=rejection.marker,
+            )
         )
         kind = raw.get("kind") if isinstance(raw, dict) else None
         self.observer.job_finished(str(kind or "unknown"), "-", "rejected", None)

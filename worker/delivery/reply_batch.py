@@ -28,12 +28,12 @@ class GroupPublish(Batcher):
         super().__init__(max_batch=max_batch)
         self.publisher = publisher
 
-    async def publish(self, **kwargs: Any) -> Any:
-        return await self.submit("publish", kwargs)
+    async def publish(self, item: Publication) -> Any:
+        return await self.submit("publish", {"item": item})
 
     def handle(self, batch: list[Item]) -> None:
         try:
-            answers = self.publisher.publish_many([Publication(**item.kwargs) for item in batch])
+            answers = self.publisher.publish_many([item.kwargs["item"] for item in batch])
         except Exception as error:  # Redis unreachable: as each publish alone would have
             for item in batch:
                 item.error = error

@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from shared.streams import Publication
+
 __all__ = ["MemorySink", "PublishedMessage"]
 
 
@@ -31,32 +33,26 @@ class MemorySink:
         #: Audit escalations of results (``shared.labels``): escalation stream only.
         self.audits: list[PublishedMessage] = []
 
-    def publish(
-        self,
-        *,
-        stream: str,
-        job_id: str,
-        message_type: str,
-        message_json: str,
-        escalation: bool,
-        marker: str | None = None,
-        audit_json: str | None = None,
-    ) -> bool:
+    def publish(self, item: Publication) -> bool:
+        stream, job_id, marker = item.stream, item.job_id, item.marker
         with self._lock:
             key = (stream, "job", job_id) if marker is None else (stream, "marker", marker)
             if key in self._markers:
                 return False
             self._markers.add(key)
-            to_escalations = escalation and job_id not in self._escalated
+            to_escalations = item.escalation and job_id not in self._escalated
             if to_escalations:
                 self._escalated.add(job_id)
             self.messages.append(
-                PublishedMessage(stream, job_id, message_type, message_json, to_escalations)
+                PublishedMessage(
+                    stream, job_id, item.message_type, item.message_json, to_escalations
+                )
             )
-            if audit_json is not None and job_id not in self._escalated:
+            if item.audit_json is not None and job_id not in self._escalated:
                 # The result on its stream, its audit on the escalation stream only.
                 self._escalated.add(job_id)
-                self.audits.append(PublishedMessage("", job_id, "escalation", audit_json, True))
+                audit = PublishedMessage("", job_id, "escalation", item.audit_json, True)
+                self.audits.append(audit)
             return True
 
     def snapshot(self) -> list[PublishedMessage]:

@@ -21,6 +21,7 @@ from celery import Celery, signals
 from shared.client import Client
 from shared.replies import TERMINAL_TYPES, Reply, parse_reply
 from shared.settings import Settings
+from shared.streams import Publication
 from worker.app import create_app
 from worker.delivery.sinks import MemorySink
 from worker.embedded import MEMORY_POLLING_INTERVAL_S, EmbeddedWorker, embedded_settings
@@ -39,22 +40,8 @@ class NotifyingSink(MemorySink):
         super().__init__()
         self.changed = threading.Condition()
 
-    def publish(
-        self,
-        *,
-        stream: str,
-        job_id: str,
-        message_type: str,
-        message_json: str,
-        escalation: bool,
-        marker: str | None = None,
-        audit_json: str | None = None,
-    ) -> bool:
-        added = super().publish(
-            stream=stream, job_id=job_id, message_type=message_type,
-            message_json=message_json, escalation=escalation, marker=marker,
-            audit_json=audit_json,
-        )
+    def publish(self, item: Publication) -> bool:
+        added = super().publish(item)
         with self.changed:
             self.changed.notify_all()
         return added
