@@ -68,13 +68,11 @@ def _worker_env(config: BenchConfig, ledger_url: str, faux_url: str) -> dict[str
     return env
 
 
-def _pool_args(config: BenchConfig) -> list[str]:
-    return [
-        f"--pool={config.pool}",
-        f"--concurrency={config.pool_threads}",
-        "--without-mingle",
-        "--without-gossip",
-    ]
+def _pool_args(config: BenchConfig, pool: str | None = None) -> list[str]:
+    """The worker's arguments: none for the loop pool (the default worker), else the pool."""
+    pool = pool or config.pool
+    named = [] if pool == "loop" else [f"--pool={pool}", f"--concurrency={config.pool_threads}"]
+    return [*named, "--without-mingle", "--without-gossip"]
 
 
 def _set_latency(faux_url: str, latency_ms: float) -> None:
@@ -236,6 +234,14 @@ def _open_loop_stage(bench: _Bench, ledger_url: str, *, profile: bool) -> None:
                         )
                     bench.results.open_loop(name, run, meter.usage.cpu_s)
                     calls = redis_calls(r)
+                    # The latency target's rate: half the maximum this process sustained.
+                    half = round(min(run.sustained_rate, rate) / 2, 1)
+                    with Meter(worker.pid) as meter_half:
+                        at_half = open_loop(
+                            client, r, f"oh-{tag}", rate=half, duration_s=config.open_loop_s,
+                            latency_ms=latency,
+                        )
+                    bench.results.open_loop(name, at_half, meter_half.usage.cpu_s, half=True)
                     per_job = {
                         k: round((v - calls_before.get(k, 0)) / run.offered, 2)
                         for k, v in calls.items()
@@ -247,7 +253,9 @@ def _open_loop_stage(bench: _Bench, ledger_url: str, *, profile: bool) -> None:
                         bench.results.profiles[f"open-{tag}"] = summarise(raw)
                     print(
                         f"  {name} {tag}: offered {run.offered_rate:,.1f}/s, sustained "
-                        f"{run.sustained_rate:,.1f}/s, added p50 {run.added(0.5):,.0f} ms",
+                        f"{run.sustained_rate:,.1f}/s, added p50 {run.added(0.5):,.0f} ms; "
+                        f"at {half:g}/s added p50 {at_half.added(0.5):,.1f} ms, "
+                        f"p99 {at_half.added(0.99):,.1f} ms",
                         flush=True,
                     )
 
@@ -299,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
                     env = _worker_env(config, "sqlite:///" + str(data / "noop.db"), faux_url)
                     argv_noop = [
                         str(BIN / "celery"), "-A", "bench.noop_app", "worker", "-Q", "bench-noop",
-                        f"--loglevel={settings.log_level}", *_pool_args(config),
+                        f"--loglevel={settings.log_level}", *_pool_args(config, "threads"),
                     ]
                     with spawn_worker(argv_noop, env, logs / "noop.log"):
                         results.noop(

@@ -26,9 +26,11 @@ class BenchConfig:
     #: Jobs per Celery message in the saturated runs: the client's default
     #: (``DECISIONS_CHUNK_SIZE``).
     chunk_size: int = 32
-    #: Celery pool of the one worker process: threads that all feed its one asyncio loop,
-    #: so that chunk_size x threads decisions are in flight in one process.
-    pool: str = "threads"
+    #: Celery pool of the pipeline's worker process: ``loop``, a default ``decisions worker``
+    #: (no pool arguments: ``DECISIONS_MAX_IN_FLIGHT`` decisions in flight), or
+    #: ``threads`` (``BENCH_POOL=threads``: chunk_size x pool_threads in flight), the pool
+    #: the loop pool replaced. celery-noop always runs on the thread pool.
+    pool: str = field(default_factory=lambda: os.environ.get("BENCH_POOL", "loop"))
     #: 16 threads x chunks of 32: 512 in flight, and room for the paced runs' small
     #: messages (each holds a thread for its chunk's provider latency: at 200 ms and one
     #: message per 20 ms tick, about 11 of them).
@@ -58,7 +60,10 @@ class BenchConfig:
 
     @property
     def in_flight(self) -> int:
-        """Decisions the worker process can hold in flight at once."""
+        """Decisions the pipeline's worker process holds in flight at once (``direct``'s
+        concurrency): the in-flight limit, or threads times chunks."""
+        if self.pool == "loop":
+            return self.open_loop_in_flight
         return self.chunk_size * self.pool_threads
 
     def long(self) -> BenchConfig:
@@ -79,4 +84,5 @@ class BenchConfig:
             rss_in_flight=self.rss_in_flight,
             rss_latency_ms=self.rss_latency_ms,
             open_loop_s=3.0,
+            pool=self.pool,
         )
