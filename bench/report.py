@@ -141,17 +141,16 @@ class Results:
         )
 
     # --- derived -----------------------------------------------------------------------
-    def direct_rate(self, latency_ms: float) -> float | None:
+    def direct_row(self, latency_ms: float) -> Row | None:
+        """The saturated ``direct`` row at this latency, if it ran."""
         for row in self.rows:
             if row.scenario == "direct" and row.latency_ms == latency_ms:
-                return row.rate
+                return row
         return None
 
-    def direct_cpu(self, latency_ms: float) -> float | None:
-        for row in self.rows:
-            if row.scenario == "direct" and row.latency_ms == latency_ms:
-                return row.cpu_ms_per_decision
-        return None
+    def direct_rate(self, latency_ms: float) -> float | None:
+        row = self.direct_row(latency_ms)
+        return None if row is None else row.rate
 
     def open_direct(self, row: Row) -> Row | None:
         if row.half:
@@ -182,9 +181,9 @@ class Results:
                 add(f"{where}: pipeline / direct", row.rate / direct if direct else None, 0.5)
             else:
                 add(f"{where}: pipeline / direct", row.rate / direct if direct else None, 0.9)
-            direct_cpu = self.direct_cpu(row.latency_ms)
-            if row.cpu_ms_per_decision and direct_cpu:
-                ratio = row.cpu_ms_per_decision / direct_cpu
+            peer = self.direct_row(row.latency_ms)
+            if row.cpu_ms_per_decision and peer is not None and peer.cpu_ms_per_decision:
+                ratio = row.cpu_ms_per_decision / peer.cpu_ms_per_decision
                 add(f"{where}: worker CPU / direct's", ratio, 1.5, at_most=True)
         for row in self.rows:
             if row.scenario != OPEN_WORKER or row.latency_ms != 1000:
