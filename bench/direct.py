@@ -15,7 +15,7 @@ from typing import Any
 from shared.job_parsing import parse_job
 from shared.jobs import DecideJob
 from shared.settings import Settings
-from worker.http.connection_pool import sharded_client
+from worker.http.connection_pool import drop_read_stream, sharded_client
 from worker.providers import DecisionRequest, ProviderRegistry
 
 __all__ = ["DirectRun", "prepared_requests", "run_direct"]
@@ -70,6 +70,7 @@ async def _run(
             for url, body, headers in queue:
                 sent = time.perf_counter()
                 response = await client.post(url, content=body, headers=headers)
+                drop_read_stream(response)  # as the worker does: no cyclic garbage
                 if response.status_code != 200:
                     raise RuntimeError(f"the faux answered {response.status_code}")
                 latencies.append((time.perf_counter() - sent) * 1000)

@@ -25,7 +25,7 @@ from bench.direct import prepared_requests
 from bench.pipeline import Replies
 from bench.workload import decide_jobs
 from shared.client import Client
-from worker.http.connection_pool import sharded_client
+from worker.http.connection_pool import drop_read_stream, sharded_client
 
 __all__ = ["OPEN_DIRECT", "OPEN_THREADS", "OPEN_WORKER", "OpenLoopRun", "direct_open_loop",
            "open_loop", "redis_calls"]
@@ -127,6 +127,7 @@ async def _direct(
             url, body, headers = requests[i]
             async with slots:
                 response = await client.post(url, content=body, headers=headers)
+                drop_read_stream(response)  # as the worker does: no cyclic garbage
             if response.status_code != 200:
                 raise RuntimeError(f"the faux answered {response.status_code}")
             answered_at[i] = time.monotonic()

@@ -31,7 +31,7 @@ import httpx
 
 from worker.http.aio_network import AsyncioBackend
 
-__all__ = ["ShardedTransport", "sharded_client"]
+__all__ = ["ShardedTransport", "drop_read_stream", "sharded_client"]
 
 Origin = tuple[bytes, bytes, int]
 _DEFAULT_PORTS = {b"http": 80, b"https": 443}
@@ -248,3 +248,18 @@ def sharded_client(*, max_connections: int, timeout: float) -> httpx.AsyncClient
     return httpx.AsyncClient(
         transport=ShardedTransport(max_connections=max_connections), timeout=timeout
     )
+
+
+#: What a response's stream becomes once its body is read (``drop_read_stream``).
+_READ = httpx.ByteStream(b"")
+
+
+def drop_read_stream(response: httpx.Response) -> None:
+    """Let refcounting free a response whose body ``send`` has read.
+
+    httpx ties a response and its body stream in a reference cycle (the stream it binds
+    holds the response): about 40 objects a request that only the cyclic collector frees,
+    whose passes paused the whole worker 150 to 250 ms at a few hundred requests a second
+    (``make bench``'s chunked p99 at half rate: 300 to 400 ms). The body is read already,
+    so the stream is not needed; replacing it breaks the cycle."""
+    response.stream = _READ

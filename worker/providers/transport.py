@@ -66,6 +66,7 @@ import httpx
 
 from shared.errors import DecisionProviderError, ProviderErrorCode
 from shared.scrub import remove_secrets
+from worker.http.connection_pool import drop_read_stream
 from worker.providers.failures import AGAIN, Phase, failure_of
 from worker.providers.limiter import Limiter, NoLimiter
 from worker.providers.observers import observe, replay_miss
@@ -89,8 +90,6 @@ logger = logging.getLogger(__name__)
 _REDIRECT_NOT_PROCESSED = frozenset({301, 302, 307, 308})
 #: How much longer than httpx's per-phase timeout the whole attempt may take.
 _OUTER_GRACE_S = 0.05
-#: What a response's stream becomes once its body is read (see ``_Call._attempt``).
-_READ = httpx.ByteStream(b"")
 _SAFE_REF = re.compile(r"^[A-Za-z0-9._:/\-]{1,128}$")
 _SAFE_KIND = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$")
 
@@ -220,12 +219,7 @@ class _Call:
                 # total when several phases each take part of it.
                 async with asyncio.timeout(budget + _OUTER_GRACE_S):
                     response = await self.client.send(self._build(budget, phase))
-                # httpx ties a response and its body stream in a reference cycle (the
-                # stream it binds holds the response): ~40 objects a request that only the
-                # cyclic collector frees, in pauses of 150 to 250 ms at a few hundred
-                # requests a second (``make bench``'s chunked p99). The body is read already
-                # (``send`` reads it), so the stream goes and refcounting frees the rest.
-                response.stream = _READ
+                drop_read_stream(response)  # httpx's reference cycle (its docstring)
             finally:
                 await self.limiter.release(token)
         except (asyncio.CancelledError, Exception) as exc:
