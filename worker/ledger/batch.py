@@ -7,7 +7,8 @@ SQLite, a fight for the write lock between the pool's threads. The first two are
 (the claim is committed before a byte is sent, the terminal message before it is
 published); the mark is not (``mark_published_later``): it rides on the next batch's
 transaction, so a job alone costs two transactions, not three. ``GroupCommit`` has one
-writer thread (two on PostgreSQL; ``worker.process.batching``): a write waits in a queue, the
+writer thread (on PostgreSQL a second one, which helps with a backlog only;
+``worker.process.batching``): a write waits in a queue, the
 thread takes every write waiting (up to ``max_batch``), runs them in ONE transaction,
 commits, and only then resolves each write's future. So a claim is still committed before
 its caller can send a byte; a write never waits for a timer, only for the batch before it.

@@ -8,6 +8,12 @@ resolves each call's future. A call never waits for a timer, only for the batch 
 so what a caller learns (a claim committed, a message appended) is as true as it would be
 after the blocking call alone.
 
+With several writers, the first takes every call as it comes and the others help only with
+a backlog (``help_at`` calls waiting): two writers each taking what arrived while the other
+was committing halved the batches at a hundred jobs a second (1.0 ledger transaction a
+single-job job against 0.36 with one writer), while a saturated process needs the second
+writer's round trips to overlap the first's.
+
 Subclasses say what one batch is (``handle``): each item's ``result`` or ``error`` is set
 there, so one refused item is reported to its own caller and its neighbours go on.
 """
@@ -59,6 +65,9 @@ class Batcher:
         self._queue: queue.SimpleQueue[Item | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
+        #: Calls waiting at which the writers after the first take a batch too.
+        self.help_at = max(2, max_batch // 8)
+        self._backlog = threading.Event()
         #: Batches done and items they held (the bench and tests read these).
         self.batches = 0
         self.writes = 0
@@ -72,6 +81,8 @@ class Batcher:
         loop = asyncio.get_running_loop()
         item = Item(method, kwargs, loop, loop.create_future())
         self._queue.put(item)
+        if self.writers > 1 and self._queue.qsize() >= self.help_at:
+            self._backlog.set()
         # A caller cancelled meanwhile cancels only its future: the call itself still
         # happens (it is queued), and its outcome is dropped unread (``_settle``).
         return await item.future
@@ -80,6 +91,7 @@ class Batcher:
         threads, self._threads = self._threads, []
         for _ in threads:
             self._queue.put(None)
+        self._backlog.set()  # the helpers take their None too
         for thread in threads:
             thread.join(timeout=10)
 
@@ -94,7 +106,11 @@ class Batcher:
         with self._lock:
             if not self._threads:
                 threads = [
-                    threading.Thread(target=self._run, name=f"{self.thread_name}-{i}", daemon=True)
+                    threading.Thread(
+                        target=self._run if i == 0 else self._help,
+                        name=f"{self.thread_name}-{i}",
+                        daemon=True,
+                    )
                     for i in range(self.writers)
                 ]
                 for thread in threads:
@@ -102,28 +118,50 @@ class Batcher:
                 self._threads = threads
 
     def _run(self) -> None:
+        """The first writer: every call, as it comes."""
         while True:
             first = self._queue.get()
             if first is None:
                 return
-            batch = [first]
-            while len(batch) < self.max_batch:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    self._queue.put(None)  # for this thread, after this batch
-                    break
-                batch.append(item)
+            batch, stop = self._take([first])
+            if stop:
+                self._queue.put(None)  # for this thread, after this batch
+            self._do(batch)
+
+    def _help(self) -> None:
+        """A writer after the first: a batch only while a backlog waits."""
+        while True:
+            if self._queue.qsize() < self.help_at:
+                self._backlog.wait()
+                self._backlog.clear()
+            batch, stop = self._take([])
+            if batch:
+                self._do(batch)
+            if stop:
+                return
+
+    def _take(self, batch: list[Item]) -> tuple[list[Item], bool]:
+        """``batch`` and the calls waiting, up to ``max_batch``; and whether a writer's
+        stop (None) was taken."""
+        while len(batch) < self.max_batch:
             try:
-                self.handle(batch)
-            except BaseException as error:  # a bug: every caller hears of it
-                for item in batch:
-                    item.result, item.error = None, error
-            # One wake-up a loop, not one an item: each is a write to the loop's self-pipe.
-            by_loop: dict[asyncio.AbstractEventLoop, list[Item]] = {}
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return batch, False
+            if item is None:
+                return batch, True
+            batch.append(item)
+        return batch, False
+
+    def _do(self, batch: list[Item]) -> None:
+        try:
+            self.handle(batch)
+        except BaseException as error:  # a bug: every caller hears of it
             for item in batch:
-                by_loop.setdefault(item.loop, []).append(item)
-            for loop, items in by_loop.items():
-                loop.call_soon_threadsafe(_settle, items)
+                item.result, item.error = None, error
+        # One wake-up a loop, not one an item: each is a write to the loop's self-pipe.
+        by_loop: dict[asyncio.AbstractEventLoop, list[Item]] = {}
+        for item in batch:
+            by_loop.setdefault(item.loop, []).append(item)
+        for loop, items in by_loop.items():
+            loop.call_soon_threadsafe(_settle, items)
