@@ -23,6 +23,7 @@ import structlog
 from celery import Celery, signals
 
 from shared import keys
+from shared.celery_producer import broker_ssl
 from shared.errors import ConfigurationError
 from shared.settings import Settings, get_settings
 from worker.observability import metrics
@@ -70,6 +71,7 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> Celery:
     celery = Celery("decisions", set_as_current=False)
     celery.conf.update(
         broker_url=settings.broker_url,
+        broker_use_ssl=broker_ssl(settings.broker_url),
         task_serializer="json",
         result_serializer="json",
         accept_content=["json"],

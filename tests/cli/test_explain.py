@@ -3,6 +3,7 @@ cheaply: a Redis timeout or refused login, a setting out of bounds, a bug."""
 
 from __future__ import annotations
 
+import kombu.exceptions
 import pytest
 import redis.exceptions
 from pydantic import ValidationError
@@ -49,3 +50,27 @@ def test_a_bug_is_reported_as_one_and_points_at_debug() -> None:
     assert got.exit_code == RUNTIME
     assert got.problem == "unexpected error: ZeroDivisionError: division by zero"
     assert "--debug" in (got.fix or "") and len(got.lines()) == 2
+
+
+_UNVERIFIED = (
+    "Error 1 connecting to 10.1.2.3:6380. [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify "
+    "failed: self-signed certificate in certificate chain (_ssl.c:1006)."
+)
+
+
+def test_a_broker_certificate_nobody_vouches_for_names_the_url_option(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DECISIONS_BROKER_URL", "rediss://10.1.2.3:6380/0")
+    got = explain(kombu.exceptions.OperationalError(_UNVERIFIED))
+    assert "DECISIONS_BROKER_URL=rediss://10.1.2.3:6380/0" in got.problem
+    assert "ssl_ca_certs=" in (got.fix or "") and "start the broker" not in (got.fix or "")
+
+
+def test_a_redis_certificate_nobody_vouches_for_names_the_url_option(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DECISIONS_REDIS_URL", "rediss://10.1.2.3:6380/0")
+    got = explain(redis.exceptions.ConnectionError(_UNVERIFIED))
+    assert "DECISIONS_REDIS_URL" in (got.fix or "")
+    assert "ssl_ca_certs=" in (got.fix or "") and "start Redis" not in (got.fix or "")

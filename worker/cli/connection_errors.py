@@ -122,8 +122,20 @@ def _redis_unreachable(exc: redis.exceptions.ConnectionError) -> Explanation:
     kind = "timed out" if isinstance(exc, redis.exceptions.TimeoutError) else "failed"
     return Explanation(
         f"connecting to Redis {kind} ({reason}): {urls}",
-        f"start Redis there, or point {' and '.join(variables)} at a running one",
+        _unverified_fix(reason, variables)
+        or f"start Redis there, or point {' and '.join(variables)} at a running one",
         RUNTIME,
+    )
+
+
+def _unverified_fix(reason: str, variables: list[str]) -> str | None:
+    """The fix for a TLS server whose certificate no authority this process trusts vouches
+    for (the broker is verified too: ``shared.celery_producer``), else None."""
+    if "CERTIFICATE_VERIFY_FAILED" not in reason:
+        return None
+    return (
+        f"add ?ssl_ca_certs=/path/to/ca.pem (the authority that signed the server's "
+        f"certificate) to {' and '.join(variables)}, or ?ssl_cert_reqs=none to skip the check"
     )
 
 
@@ -152,7 +164,8 @@ def _broker_unreachable(exc: kombu.exceptions.OperationalError) -> Explanation:
         return _url_without_host("DECISIONS_BROKER_URL", "redis://HOST:PORT/DB")
     return Explanation(
         f"cannot reach the broker at DECISIONS_BROKER_URL={url} ({masked(str(exc))})",
-        "start the broker there, or point DECISIONS_BROKER_URL at a running one",
+        _unverified_fix(str(exc), ["DECISIONS_BROKER_URL"])
+        or "start the broker there, or point DECISIONS_BROKER_URL at a running one",
         RUNTIME,
     )
 
