@@ -39,7 +39,8 @@ from shared.job_parsing import job_deadline, parse_job
 from shared.job_wire import stamp_job, wire_text
 from shared.jobs import JOB_TYPES, DecideJob, Job
 from shared.limits import Limits
-from shared.packs import PackBuffer, pack_key
+from shared.message_size import MessageChunks, job_cost, oversize_problem
+from shared.packs import pack_key
 from shared.prices import Price
 from shared.rejection import rejection_for
 from shared.replies import TERMINAL_TYPES, Reply, parse_reply
@@ -191,7 +192,9 @@ class Client:
         on_progress: Callable[[int], None] | None = None,
         pack: bool = False,
     ) -> SubmitReport:
-        """Validate and enqueue ``jobs`` in chunks of ``chunk_size`` per Celery message.
+        """Validate and enqueue ``jobs`` in chunks of ``chunk_size`` per Celery message, each
+        under ``settings.max_message_bytes`` on the queue (a job too big for a message of its
+        own is rejected: ``shared.message_size``).
 
         With ``pack`` (or a job's own ``pack``), decide jobs of one batch about the same
         state for the same provider go in messages of their own, up to
@@ -220,11 +223,13 @@ class Client:
         pack: bool,
         headers: dict[str, str] | None,
     ) -> SubmitReport:
-        size = chunk_size or self.settings.chunk_size
-        packs: PackBuffer[tuple[str, str]] = PackBuffer(self.settings.pack_chunk_size)
+        cap = self.settings.max_message_bytes
+        # Each job's intake member and JSON text (``wire_text``); packable jobs by pack key.
+        chunks: MessageChunks[tuple[str, str]] = MessageChunks(
+            chunk_size or self.settings.chunk_size, cap
+        )
+        packs: MessageChunks[tuple[str, str]] = MessageChunks(self.settings.pack_chunk_size, cap)
         report = SubmitReport()
-        # Each job's intake member and JSON text (``wire_text``).
-        chunk: list[tuple[str, str]] = []
         send = functools.partial(self._send_chunk, headers=headers)
         with ChunkPublisher(self.celery, send, on_sent=on_progress) as publisher:
 
@@ -234,33 +239,35 @@ class Client:
 
             for raw in jobs:
                 try:
-                    job, stamped = self._checked(raw, reply_to)
+                    job, text, cost = self._wired(raw, reply_to, pack)
                 except JobInvalid as exc:
                     self._publish_rejection(raw, exc, reply_to)
                     report.rejected[exc.job_id or f"line-{len(report.all_ids)}"] = exc.problems
                     continue
-                packed = self._packed(job, pack)
-                if packed is not job:
-                    job = packed
-                    stamped = None if stamped is None else {**stamped, "pack": True}
-                body = (intake_member(job.reply_to, job.id), wire_text(job, stamped))
                 report.job_ids.append(job.id)
                 self._note_deadline(report, job)
                 key = pack_key(job, self.settings.default_provider)
-                if key is not None:
-                    full = packs.add(key, body)
-                    if full is not None:
-                        put(full)
-                    continue
-                chunk.append(body)
-                if len(chunk) >= size:
-                    put(chunk)
-                    chunk = []
-            if chunk:
-                put(chunk)
-            for message in packs.drain():
+                held = chunks if key is None else packs
+                for message in held.add(key, (intake_member(job.reply_to, job.id), text), cost):
+                    put(message)
+            for message in (*chunks.drain(), *packs.drain()):
                 put(message)
         return report
+
+    def _wired(self, raw: Any, reply_to: str | None, pack: bool) -> tuple[Job, str, int]:
+        """A checked job (packed if asked), its JSON text as sent and its cost in a message
+        (``shared.message_size``); JobInvalid also when no message could hold it."""
+        job, stamped = self._checked(raw, reply_to)
+        packed = self._packed(job, pack)
+        if packed is not job:
+            job = packed
+            stamped = None if stamped is None else {**stamped, "pack": True}
+        text = wire_text(job, stamped)
+        cost = job_cost(text)
+        problem = oversize_problem(cost, self.settings.max_message_bytes)
+        if problem is not None:
+            raise JobInvalid([FieldProblem("(job)", problem)], job.id)
+        return job, text, cost
 
     def _note_deadline(self, report: SubmitReport, job: Job) -> None:
         deadline = job_deadline(
@@ -294,7 +301,8 @@ class Client:
         Redis for ``decisions ledger status --batch``."""
         report = estimate_report(
             jobs,
-            lambda raw: self._packed(self.validate(raw, reply_to=reply_to), pack),
+            # As submit_batch checks them: a job too big for a message is rejected here too.
+            lambda raw: self._wired(raw, reply_to, pack)[0],
             self.settings,
             prices=prices,
         )

@@ -22,6 +22,8 @@ limit                      default    what it bounds (setting)
 ``Limits.questions_bytes`` 1 MiB      questions, a sift's question, routes (..._QUESTIONS_BYTES)
 ``Limits.string_bytes``    64 KiB     one string or key outside a state, items, a prompt
                                       and a context (..._STRING_BYTES)
+(a message on the queue)   64 MiB     a Celery message, base64 in kombu's envelope; a worker
+                                      drops a longer one undecoded (..._MESSAGE_BYTES)
 ``MAX_PROMPT_CHARS``       1,000,000  a menu's prompt, in characters
 ``MAX_QUESTIONS``          100        questions of a decide job
 ``MAX_CHOICE_OPTIONS``     255        options of a choice question; routes of a route job

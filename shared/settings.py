@@ -27,6 +27,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from shared.message_size import message_cap_problem
 from shared.scrub import watch_key_env
 from shared.setting_types import (
     ChatHost,
@@ -209,6 +210,16 @@ class Settings(BaseSettings, MaskedRepr):
         100, ge=8, le=200, description="nesting of a job's JSON, counted from the job object"
     )
     max_job_bytes: int = Field(40 * 2**20, ge=1024, description="a job's JSON in all, in bytes")
+    # One job of max_job_bytes must fit (checked below): base64 in kombu's envelope, 40 MiB of
+    # JSON is 53.3 MiB (shared.message_size); 64 MiB leaves a fifth for the spaces after the
+    # wire text's separators, which the compact JSON max_job_bytes measures has not.
+    max_message_bytes: int = Field(
+        64 * 2**20,
+        gt=0,
+        description="a Celery message on the queue, in bytes: a worker drops a longer one "
+        "before decoding it, a producer splits a batch under it (at least one job of "
+        "DECISIONS_MAX_JOB_BYTES)",
+    )
     max_state_bytes: int = Field(
         32 * 2**20,
         ge=1,
@@ -388,6 +399,13 @@ class Settings(BaseSettings, MaskedRepr):
         for host in hosts:
             if host.key_env:
                 watch_key_env(host.key_env)
+        return self
+
+    @model_validator(mode="after")
+    def _message_holds_a_job(self) -> Settings:
+        problem = message_cap_problem(self.max_message_bytes, self.max_job_bytes)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")

@@ -27,6 +27,21 @@ the pool), and the pool, not the client, is what kombu resets. (Acknowledgements
 batched: Celery runs each on its consumer's event loop as it comes, and at a hundred jobs a
 second the loop rarely has two to write at once.)
 
+A message's size is bounded before anything decodes it. kombu pops an item (``BRPOP`` in
+``_brpop_read``, the consumer's; ``RPOP`` in ``_get``, ``basic_get``'s) and in the same line
+decodes it to text and parses it, then Celery base64-decodes and parses its body, with no
+bound: a 300 MB item took a worker to 2 GB, an OOM kill under a memory limit, and the
+message, back from kombu's unacked hash, killed the next worker. kombu has no setting for
+this, and rather than copy both methods to put a check between the pop and the decoding,
+this channel's Redis clients replace a popped item longer than ``max_message_bytes`` (the
+process's settings, ``DECISIONS_MAX_MESSAGE_BYTES``) by a poison envelope's JSON as the
+reply is read (a redis-py response callback: ``cap_pops``). kombu decodes and delivers that
+small envelope; the guard drops it as ``oversize_message`` (a ``task.poison`` line naming
+the size, the cap and the setting, never a byte of the item) and it is acknowledged; the
+item itself, popped, is in neither the queue nor the unacked hash. The item is still read
+off the socket once (a pop cannot leave it there); the decoding, several times its size, is
+what is spared. Producers never build such a message (``shared.message_size``).
+
 Everything else is kombu's own transport; it is subclassed rather than patched, so the
 channels of other transports are untouched; ``worker.app`` installs it for ``redis://`` and
 ``rediss://`` (``install``).
@@ -34,23 +49,28 @@ channels of other transports are untouched; ``worker.app`` installs it for ``red
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Final
 
 from kombu import transport as kombu_transports
 from kombu.transport import redis as kombu_redis
 
 from shared.keys import CELERY_QUEUE
-from worker.process.guard import checked_envelope
+from shared.message_size import MAX_MESSAGE_SETTING
+from shared.settings import get_settings
+from worker.process.guard import checked_envelope, poison_envelope
 
-__all__ = ["TRANSPORT", "Channel", "Transport", "install"]
+__all__ = ["CAPPED_POPS", "TRANSPORT", "Channel", "Transport", "cap_pops", "install"]
 
 log = logging.getLogger("decisions.broker")
 
 #: The class ``redis://`` and ``rediss://`` name in the worker's process.
 TRANSPORT = "worker.process.broker:Transport"
+#: kombu's pops of a message, and whether the reply is ``(queue, item)`` (else the item).
+CAPPED_POPS: Final = {"BRPOP": True, "RPOP": False}
 
 
 def install() -> None:
@@ -64,9 +84,40 @@ def install() -> None:
         kombu_transports.TRANSPORT_ALIASES[scheme] = TRANSPORT
 
 
+def cap_pops(client: Any, max_bytes: int) -> Any:
+    """``client`` (redis-py), its ``CAPPED_POPS`` replies read with any item longer than
+    ``max_bytes`` replaced by a poison envelope's JSON (see the module's docstring)."""
+    for command, paired in CAPPED_POPS.items():
+        then = client.response_callbacks.get(command)
+        client.set_response_callback(command, _capped(then, max_bytes, paired=paired))
+    return client
+
+
+def _capped(then: Callable[..., Any] | None, max_bytes: int, *, paired: bool) -> Callable[..., Any]:
+    def read(response: Any, **options: Any) -> Any:
+        reply = response if then is None else then(response, **options)
+        if paired and isinstance(reply, tuple | list) and len(reply) == 2:
+            return reply[0], _within(reply[1], max_bytes)
+        return reply if paired else _within(reply, max_bytes)
+
+    return read
+
+
+def _within(item: Any, max_bytes: int) -> Any:
+    if not isinstance(item, bytes | bytearray) or len(item) <= max_bytes:
+        return item
+    problem = f"a message of {len(item)} bytes; at most {max_bytes} ({MAX_MESSAGE_SETTING})"
+    return json.dumps(poison_envelope(problem, "oversize_message")).encode()
+
+
 class Channel(kombu_redis.Channel):
     #: (the connection pool, the client made for it): see ``conn_or_acquire``.
     _plain: tuple[Any, Any] | None = None
+
+    def _create_client(self, asynchronous: bool = False) -> Any:
+        """kombu's client (the consumer's ``BRPOP`` one too), reading no item over the cap."""
+        client = super()._create_client(asynchronous=asynchronous)
+        return cap_pops(client, get_settings().max_message_bytes)
 
     @contextmanager
     def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:

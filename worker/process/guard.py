@@ -20,6 +20,9 @@ by pickling the decoded arguments. Whatever a message holds must survive that:
   lost in pydantic's serialisation) is replaced by a small refused job carrying its id,
   reply stream and problems, and the body is re-encoded: its pool process publishes the
   ``rejected`` reply as for any invalid job, and the rest of the chunk goes on.
+- **Size.** An item on the queue longer than ``DECISIONS_MAX_MESSAGE_BYTES`` is never
+  decoded: the broker's channel (``worker.process.broker``) hands kombu a poison envelope
+  for it instead, dropped here as ``oversize_message``.
 - Anything else Celery raises while taking the message in becomes ``InvalidTaskError``
   (never a dead worker); connection errors go on to Celery, which reconnects.
 
@@ -48,7 +51,9 @@ from shared.limits import Limits, current_limits, job_problems, refused_job
 from worker.observability.metrics.families import families
 
 __all__ = [
+    "POISON_HEADER",
     "POISON_REASONS",
+    "POISON_REASON_HEADER",
     "checked_envelope",
     "checked_strategy",
     "contain",
@@ -56,6 +61,7 @@ __all__ = [
     "envelope_problem",
     "malformed",
     "poison_envelope",
+    "poison_reason",
     "use_strict_json",
 ]
 
@@ -70,9 +76,15 @@ POISON_REASONS: Final = (
     "job_refused",
     "unexpected_error",
     "unreadable_envelope",
+    "oversize_message",
 )
 #: The header of a poison envelope: what made the envelope it stands for unreadable.
 POISON_HEADER: Final = "x-decisions-unreadable-envelope"
+#: ... and its ``reason`` label, one of ``_ENVELOPE_REASONS`` (``poison_reason``).
+POISON_REASON_HEADER: Final = "x-decisions-poison-reason"
+#: What a poison envelope may stand for: an envelope kombu could not take in, or an item
+#: over ``max_message_bytes`` that nothing decoded (``worker.process.broker``).
+_ENVELOPE_REASONS: Final = frozenset({"unreadable_envelope", "oversize_message"})
 #: Headers are Celery's own few fields: far below this.
 MAX_HEADER_BYTES: Final = 64 * 1024
 
@@ -170,15 +182,21 @@ def _v1_task_problem(body: str, encoding: Any) -> str | None:
     return None
 
 
-def poison_envelope(problem: str) -> dict[str, Any]:
-    """An envelope kombu takes in and the guard drops (a log line, a metric), standing for
-    one that could not be read: acknowledged like any dropped message, so it stops nobody."""
+def poison_envelope(problem: str, reason: str = "unreadable_envelope") -> dict[str, Any]:
+    """An envelope kombu takes in and the guard drops (a log line, a metric by ``reason``),
+    standing for one that could not be read: acknowledged like any dropped message, so it
+    stops nobody."""
     tag = str(uuid.uuid4())
     return {
         "body": "",
         "content-type": "application/x-decisions-poison",
         "content-encoding": "binary",
-        "headers": {"task": RUN_JOBS_TASK, "id": tag, POISON_HEADER: problem[:300]},
+        "headers": {
+            "task": RUN_JOBS_TASK,
+            "id": tag,
+            POISON_HEADER: problem[:300],
+            POISON_REASON_HEADER: reason,
+        },
         "properties": {
             "delivery_tag": tag,
             "delivery_info": {"exchange": "", "routing_key": CELERY_QUEUE},
@@ -186,6 +204,14 @@ def poison_envelope(problem: str) -> dict[str, Any]:
             "priority": 0,
         },
     }
+
+
+def poison_reason(headers: Any) -> str:
+    """The ``reason`` of a poison envelope's headers: the one it names when a poison envelope
+    may stand for it, else ``unreadable_envelope`` (an envelope pushed by hand with our
+    header names what it likes; the metric's labels stay a fixed set)."""
+    named = headers.get(POISON_REASON_HEADER) if isinstance(headers, dict) else None
+    return named if isinstance(named, str) and named in _ENVELOPE_REASONS else "unreadable_envelope"
 
 
 def malformed(message: Any) -> str | None:
@@ -250,7 +276,7 @@ def checked_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Calla
     ) -> Any:
         unreadable = message.headers.get(POISON_HEADER)
         if unreadable is not None:
-            _poison("unreadable_envelope", task.name, str(unreadable))
+            _poison(poison_reason(message.headers), task.name, str(unreadable))
             raise InvalidTaskError(f"{task.name}: {unreadable}")
         try:
             message.payload  # noqa: B018 - decoded once here, cached by kombu for Celery
