@@ -48,7 +48,7 @@ from shared.settings import Settings, get_settings
 from shared.streams import Publication, RedisPublisher, ReplyPublisher, follow_stream, read_stream
 from shared.submit_rejections import record_submit_rejection
 
-__all__ = ["Client", "JobChecker", "SubmitReport"]
+__all__ = ["PRODUCER_SERVICE", "Client", "JobChecker", "SubmitReport"]
 
 #: Extra submit-time checks (e.g. the worker's provider registry: is this model served?).
 JobChecker = Callable[[Job], list[FieldProblem]]

@@ -34,6 +34,7 @@ from typing import Any, Final
 from shared.settings import Settings, get_settings
 
 __all__ = [
+    "COMMAND_EXPORT_TIMEOUT_S",
     "NO_SPAN",
     "TRACES_PATH",
     "annotate",
@@ -48,6 +49,8 @@ __all__ = [
 
 #: OTLP/HTTP's path for traces, appended to the endpoint (as the SDK does with the variable).
 TRACES_PATH: Final = "/v1/traces"
+#: A batch's export, retries included, from a command that exits once it has submitted.
+COMMAND_EXPORT_TIMEOUT_S: Final = 2.0
 _DEFAULT_SERVICE: Final = "decision-worker"
 
 _lock = threading.Lock()
@@ -73,11 +76,19 @@ class _NoSpan:
 NO_SPAN: Final = _NoSpan()
 
 
-def configure(settings: Settings | None = None, *, service_name: str = _DEFAULT_SERVICE) -> bool:
+def configure(
+    settings: Settings | None = None,
+    *,
+    service_name: str = _DEFAULT_SERVICE,
+    export_timeout_s: float | None = None,
+) -> bool:
     """Decide, once per process, whether to trace; True when spans are exported.
 
     No endpoint: off, nothing imported. An endpoint without the ``[otel]`` extra installed:
-    off, with one warning line naming the extra.
+    off, with one warning line naming the extra. ``export_timeout_s`` bounds each batch's
+    export, retries included (None: the SDK's, 10 s or ``OTEL_EXPORTER_OTLP_TIMEOUT``): a
+    command that exits after a few spans passes ``COMMAND_EXPORT_TIMEOUT_S``, so that a
+    collector that does not answer holds its exit that long, not ten seconds.
     """
     global _tracer, _provider, _owned
     if _tracer is not None:
@@ -90,10 +101,11 @@ def configure(settings: Settings | None = None, *, service_name: str = _DEFAULT_
             _tracer = False
             return False
         try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
             from opentelemetry.sdk.resources import Resource
             from opentelemetry.sdk.trace import TracerProvider
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+            from shared.tracing_export import ReportingSpanExporter
         except ImportError:
             import logging
 
@@ -104,7 +116,9 @@ def configure(settings: Settings | None = None, *, service_name: str = _DEFAULT_
             _tracer = False
             return False
         provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
-        exporter = OTLPSpanExporter(endpoint=endpoint.rstrip("/") + TRACES_PATH)
+        exporter = ReportingSpanExporter(
+            endpoint.rstrip("/") + TRACES_PATH, timeout=export_timeout_s
+        )
         provider.add_span_processor(BatchSpanProcessor(exporter))
         _provider, _owned = provider, True
         _tracer = provider.get_tracer("decision-worker")

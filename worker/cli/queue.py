@@ -11,11 +11,12 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from shared import keys
-from shared.client import Client, SubmitReport
+from shared import keys, tracing
+from shared.client import PRODUCER_SERVICE, Client, SubmitReport
 from shared.rejection import rejection_for
 from shared.settings import Settings, get_settings
 from shared.streams import follow_stream, read_stream
+from shared.tracing import COMMAND_EXPORT_TIMEOUT_S
 from worker.cli.jsonl import JobLine, line_number, line_of, plain_reason, read_lines
 from worker.cli.terminal import console, err_console
 from worker.kinds.judgments import judgment_checker
@@ -65,6 +66,10 @@ def register(app: typer.Typer) -> None:
             err_console.print(f"[red]--reply-to {reply_to[:80]!r}: {problem}[/]", highlight=False)
             raise typer.Exit(2)
         settings = get_settings()
+        # Before the client's own: a collector that does not answer holds the exit 2 s, not 10.
+        tracing.configure(
+            settings, service_name=PRODUCER_SERVICE, export_timeout_s=COMMAND_EXPORT_TIMEOUT_S
+        )
         providers = ProviderRegistry.from_settings(settings)
         checker = judgment_checker(
             providers, job_checker(providers, RuntimeRegistry.from_settings(settings))
