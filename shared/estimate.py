@@ -44,6 +44,7 @@ from typing import Any, Final, Literal
 
 from shared.canonical import canonical_bytes
 from shared.errors import FieldProblem, JobInvalid
+from shared.job_wire import wire_text
 from shared.jobs import AnyJob, DecideJob, MenuJob, RouteJob, SiftJob
 from shared.judgments import (
     ROUTE_QUESTION_ID,
@@ -54,7 +55,8 @@ from shared.judgments import (
     sift_question,
     sift_state,
 )
-from shared.packs import PackBuffer, pack_key, pack_requests, packed_questions
+from shared.message_size import MessageChunks, job_cost
+from shared.packs import pack_key, pack_requests, packed_questions
 from shared.prices import UNKNOWN_PRICE, Price, PriceBasis, price_table
 from shared.settings import Settings
 from shared.tokens import estimate_tokens
@@ -345,7 +347,10 @@ def estimate_report(
     ``rejected``), decide jobs packed as ``Client.submit_batch`` packs them."""
     table = price_table(settings, prices)
     report = EstimateReport()
-    packs: PackBuffer[DecideJob] = PackBuffer(settings.pack_chunk_size)
+    # As the client's messages: by pack key, count and size (``shared.message_size``).
+    packs: MessageChunks[DecideJob] = MessageChunks(
+        settings.pack_chunk_size, settings.max_message_bytes
+    )
 
     def add_pack(message: list[DecideJob]) -> None:
         for group, planned in plan_pack(message, settings):
@@ -358,8 +363,8 @@ def estimate_report(
             job_id = job.id
             key = pack_key(job, settings.default_provider)
             if key is not None and isinstance(job, DecideJob):
-                full = packs.add(key, job)
-                if full is not None:
+                text = wire_text(job, raw if isinstance(raw, dict) else None)
+                for full in packs.add(key, job, job_cost(text)):
                     add_pack(full)
                 continue
             requests = planned_requests(job, settings)

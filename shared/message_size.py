@@ -88,7 +88,7 @@ class MessageChunks(Generic[T]):
     An item is added with its cost; the caller keeps out one that could not go in a message
     alone (``oversize_problem``). A message leaves when the next item would take it over
     ``max_bytes`` or when it holds ``count``; its key then starts over at the end of the
-    order, as ``shared.packs.PackBuffer`` does."""
+    order."""
 
     def __init__(self, count: int, max_bytes: int) -> None:
         self.count = count

@@ -5,8 +5,8 @@ whole batch).
 Three parties plan it the same way, so that a dry run counts the requests the worker sends:
 
 - the client puts the packable jobs of a batch in Celery messages by ``pack_key``, up to
-  ``settings.pack_chunk_size`` jobs of one key a message, in submission order
-  (``PackBuffer``);
+  ``settings.pack_chunk_size`` jobs of one key a message and under the message cap, in
+  submission order (``shared.message_size.MessageChunks``);
 - the worker splits each message's jobs of one key, in order, into requests as full as the
   provider's limits allow (``shared.judgments.packing``), never splitting a job
   (``pack_requests``);
@@ -22,17 +22,16 @@ questions would not fit in one request on their own: it is sent alone, as withou
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from shared.canonical import canonical_bytes, digest_of
 from shared.errors import JobInvalid
 from shared.jobs import AnyJob, DecideJob
 from shared.judgments.packing import PackLimits, pack, request_overhead, split_in_order
 
-__all__ = ["PackBuffer", "pack_key", "pack_requests", "packed_qid", "packed_questions"]
+__all__ = ["pack_key", "pack_requests", "packed_qid", "packed_questions"]
 
-T = TypeVar("T")
 Questions = Mapping[str, dict[str, Any]]
 
 
@@ -95,24 +94,3 @@ def _fits_alone(state: Any, questions: Questions, limits: PackLimits) -> bool:
         return False
 
 
-class PackBuffer(Generic[T]):
-    """Packable jobs by key, handed out as messages of up to ``size`` jobs of one key."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._waiting: dict[str, list[T]] = {}
-
-    def add(self, key: str, item: T) -> list[T] | None:
-        """Hold ``item``; the message it completed, if it did."""
-        waiting = self._waiting.setdefault(key, [])
-        waiting.append(item)
-        if len(waiting) < self.size:
-            return None
-        del self._waiting[key]
-        return waiting
-
-    def drain(self) -> Iterator[list[T]]:
-        """The messages not yet full, in the order their keys first came."""
-        while self._waiting:
-            key = next(iter(self._waiting))
-            yield self._waiting.pop(key)

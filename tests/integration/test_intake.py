@@ -123,3 +123,40 @@ def test_recovery_republishes_only_what_neither_the_ledger_nor_the_broker_has(
         assert record["message"] == message_id and record["attempts"] == 1
         assert not r.hexists(keys.INTAKE_JOBS, intake_member("rc:replies", "rc-1"))
         ledger.dispose()
+
+
+def test_recovery_republishes_big_jobs_in_messages_under_the_cap(tmp_path: Path) -> None:
+    # Four jobs of about 300 KB each, under a 1 MiB cap: the client sent them two a message;
+    # lost, they must come back in messages a worker takes, not one of four (dropped as
+    # oversize, and the jobs with it).
+    cap = 1024 * 1024
+    with redis_database(REDIS_DB) as r:
+        settings = settings_for(tmp_path).model_copy(update={"max_message_bytes": cap})
+        ledger = Ledger(settings.ledger_url)
+        ledger.migrate()
+        client = Client(settings, redis_client=r)
+        jobs = [decide_job(f"big-{i}", state={"text": "x" * 300_000}) for i in range(4)]
+        report = client.submit_batch(jobs, reply_to="big:replies", chunk_size=10)
+        assert report.messages == 2  # the client's own split
+        r.delete(keys.CELERY_QUEUE)  # both lost in a pop window
+        time.sleep(1.1)
+        published: list[list[dict[str, Any]]] = []
+        done = asyncio.run(
+            recover_intake(
+                ledger,
+                IntakeBook(r),
+                r,
+                lambda jobs, _message_id: published.append(jobs),
+                older_than_s=1,
+                chunk_size=10,
+                max_message_bytes=cap,
+            )
+        )
+        assert done.republished == 4
+        assert sorted(job["id"] for sent in published for job in sent) == [
+            f"big-{i}" for i in range(4)
+        ]
+        assert len(published) > 1
+        for sent in published:  # what kombu puts on the queue: base64 of the body's JSON
+            assert len(json.dumps(sent)) * 4 / 3 < cap
+        ledger.dispose()

@@ -15,9 +15,11 @@ from shared.canonical import canonical_bytes
 from shared.client import Client
 from shared.fingerprint import job_fingerprint
 from shared.job_parsing import parse_job
+from shared.job_wire import wire_text
 from shared.jobs import DecideJob
 from shared.judgments import PARALLEL_PACK_LIMITS, SYSTEM_ONE_PACK_LIMITS
-from shared.packs import PackBuffer, pack_key, pack_requests, packed_questions
+from shared.message_size import MESSAGE_OVERHEAD_BYTES, MessageChunks, job_cost
+from shared.packs import pack_key, pack_requests, packed_questions
 from shared.settings import Settings
 from shared.tokens import estimate_tokens
 
@@ -123,13 +125,13 @@ def test_every_job_is_packed_once_in_order_and_no_two_requests_could_merge(
 
 
 def test_the_buffer_hands_out_full_messages_then_the_rest_in_order() -> None:
-    buffer: PackBuffer[int] = PackBuffer(3)
-    assert buffer.add("a", 1) is None
-    assert buffer.add("b", 2) is None
-    assert buffer.add("a", 3) is None
-    assert buffer.add("a", 4) == [1, 3, 4]
-    assert buffer.add("c", 5) is None
-    assert buffer.add("a", 6) is None
+    buffer: MessageChunks[int] = MessageChunks(3, max_bytes=10**9)
+    assert buffer.add("a", 1, 1) == []
+    assert buffer.add("b", 2, 1) == []
+    assert buffer.add("a", 3, 1) == []
+    assert buffer.add("a", 4, 1) == [[1, 3, 4]]
+    assert buffer.add("c", 5, 1) == []
+    assert buffer.add("a", 6, 1) == []
     assert list(buffer.drain()) == [[2], [5], [6]]
     assert list(buffer.drain()) == []
 
@@ -155,3 +157,27 @@ def test_the_dry_run_counts_packed_requests(tmp_path: Path) -> None:
     parallel = packed.total.by_provider["parallel"]
     assert parallel.cost_usd == round(10 * settings.parallel_list_price_usd, 12)
     assert packed.batches["b"].requests == 10
+
+
+def test_the_dry_run_splits_packed_messages_under_the_cap_as_the_client_does(
+    tmp_path: Path,
+) -> None:
+    raws = [
+        {**decide(f"j{i:03d}", provider="parallel").model_dump(mode="json"), "pack": False}
+        for i in range(250)
+    ]
+    one = job_cost(wire_text(parse_job({**raws[0], "reply_to": "x"}), raws[0]))
+    settings = Settings(
+        _env_file=None,
+        ledger_url=f"sqlite:///{tmp_path / 'l.db'}",
+        pack_chunk_size=100,
+        redis_url="redis://127.0.0.1:1/0",
+        # Room for 40 such jobs a message (the settings' own floor allows it: small jobs).
+        max_message_bytes=MESSAGE_OVERHEAD_BYTES + 40 * one + one // 2,
+        max_job_bytes=20_000,
+    )
+    packed = Client(settings).estimate(raws, store=False, pack=True)
+    # Messages of 40 jobs (six) and 10, not of 100: two Parallel requests (33 jobs each at
+    # most) for each 40, one for the 10.
+    assert packed.total.requests == 6 * 2 + 1
+    assert packed.total.jobs == 250

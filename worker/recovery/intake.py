@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,7 @@ import structlog
 
 from shared import keys
 from shared.intake import IntakeBook, IntakeRecord, intake_member, records_intake
+from shared.message_size import MessageChunks, job_cost
 from shared.settings import Settings
 from worker.ledger import Ledger
 
@@ -132,6 +134,7 @@ async def recover_intake(
     *,
     older_than_s: float,
     chunk_size: int,
+    max_message_bytes: int | None = None,
     stale_after_s: float | None = None,
     batch: int = BATCH,
 ) -> IntakeRound:
@@ -173,8 +176,7 @@ async def recover_intake(
     await asyncio.to_thread(book.forget, [r.member for r in given_up])
     done.abandoned = len(given_up)
     again = [r for r in lost if r.attempts < MAX_ATTEMPTS]
-    for start in range(0, len(again), max(1, chunk_size)):
-        chunk = again[start : start + chunk_size]
+    for chunk in _messages(again, chunk_size, max_message_bytes):
         message_id = str(uuid.uuid4())
         for record in chunk:  # the record names the new message before it exists
             await asyncio.to_thread(book.rewrite, record, message_id)
@@ -187,6 +189,21 @@ async def recover_intake(
             attempts=chunk[0].attempts + 1,
         )
     return done
+
+
+def _messages(
+    records: list[IntakeRecord], chunk_size: int, max_bytes: int | None
+) -> Iterator[list[IntakeRecord]]:
+    """The records to republish, a message each group: at most ``chunk_size`` jobs, and
+    under the message cap as the client's chunks are (``shared.message_size``), so that no
+    worker drops a republished message as oversize (its jobs would be lost for good)."""
+    chunks: MessageChunks[IntakeRecord] = MessageChunks(
+        max(1, chunk_size), max_bytes if max_bytes is not None else sys.maxsize
+    )
+    for record in records:
+        # kombu's JSON of the job, as Celery writes it in the body (its separators, ASCII).
+        yield from chunks.add(None, record, job_cost(json.dumps(record.job)))
+    yield from chunks.drain()
 
 
 class Recovery:
@@ -232,6 +249,7 @@ class Recovery:
             older_than_s=min(self.settings.intake_grace_s, self.settings.visibility_timeout_s),
             stale_after_s=2 * self.settings.visibility_timeout_s,
             chunk_size=self.settings.chunk_size,
+            max_message_bytes=self.settings.max_message_bytes,
         )
 
 
