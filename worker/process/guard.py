@@ -46,6 +46,7 @@ from kombu.transport import redis as redis_transport
 from kombu.utils import json as kombu_json
 
 from shared import strict_json
+from shared.errors import FieldProblem
 from shared.keys import CELERY_QUEUE, RUN_JOBS_TASK
 from shared.limits import Limits, current_limits, job_problems, refused_job
 from worker.observability.metrics.families import families
@@ -54,6 +55,7 @@ __all__ = [
     "POISON_HEADER",
     "POISON_REASONS",
     "POISON_REASON_HEADER",
+    "SCHEDULING_HEADERS",
     "checked_envelope",
     "checked_strategy",
     "contain",
@@ -62,6 +64,7 @@ __all__ = [
     "malformed",
     "poison_envelope",
     "poison_reason",
+    "unscheduled",
     "use_strict_json",
 ]
 
@@ -238,9 +241,36 @@ def malformed(message: Any) -> str | None:
     return None
 
 
-def contain(payload: Any, limits: Limits) -> tuple[str | None, int]:
+#: Celery's headers that schedule a message, and why a message may not carry them.
+SCHEDULING_HEADERS: Final = {
+    "eta": "a message may not ask to wait (eta, countdown): jobs have deadlines, not "
+    "schedules; submit them when they should run",
+    "expires": "a message may not expire (expires): Celery would drop its jobs unanswered; "
+    "a job's timeout_s or deadline says how long it may wait",
+}
+
+
+def unscheduled(headers: dict[str, Any]) -> list[FieldProblem]:
+    """The problems of a message's scheduling headers, each cleared in ``headers`` (so
+    that Celery neither holds the message nor drops it as expired: its jobs are refused).
+
+    Before: an ``eta`` ten years ahead was held in the worker's memory for good, and put
+    back by the visibility timeout for another worker to hold; an ``expires`` passed was
+    acknowledged as revoked. Either way its jobs were never answered."""
+    problems = []
+    for name, why in SCHEDULING_HEADERS.items():
+        if headers.get(name) is not None:
+            problems.append(FieldProblem(name, why))
+            headers[name] = None
+    return problems
+
+
+def contain(
+    payload: Any, limits: Limits, every: list[FieldProblem] | None = None
+) -> tuple[str | None, int]:
     """Check a well-shaped body: (what makes the whole message unusable or None, how many
-    jobs were replaced by refused jobs, in place)."""
+    jobs were replaced by refused jobs, in place). ``every``: problems of the message
+    (``unscheduled``), which refuse each of its jobs."""
     args, kwargs, embed = payload
     rest = [args, embed, {k: v for k, v in kwargs.items() if k != "jobs"}]
     found = strict_json.measure(rest, max_depth=limits.depth, max_bytes=limits.job_bytes)
@@ -253,7 +283,7 @@ def contain(payload: Any, limits: Limits) -> tuple[str | None, int]:
         jobs = kwargs["jobs"] = [jobs]
     refused = 0
     for index, raw in enumerate(jobs):
-        problems = job_problems(raw, limits)
+        problems = [*(every or []), *job_problems(raw, limits)]
         if problems:
             jobs[index] = refused_job(raw, problems)
             refused += 1
@@ -294,7 +324,7 @@ def checked_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Calla
             if headers.problem is not None:
                 _poison("oversize_headers", task.name, headers.problem[1])
                 raise InvalidTaskError(f"{task.name}: headers: {headers.problem[1]}")
-            problem, refused = contain(message.payload, limits)
+            problem, refused = contain(message.payload, limits, unscheduled(message.headers))
             if refused:
                 _poison("job_refused", task.name, f"{refused} job(s) refused", refused)
                 # The pool decodes the body again: it gets the refused jobs, not the originals.

@@ -1,0 +1,69 @@
+"""Messages that ask to wait (an ``eta`` or ``countdown``) or to be dropped (``expires``).
+
+The project's producers never set either, but anyone who can write to the broker can, and a
+raw Celery producer does with ``apply_async(countdown=...)``. Before the guard read them: a
+message with an ``eta`` ten years ahead was taken and held in the worker's memory for good
+(kombu's visibility timeout then puts it back for another worker to hold too), its jobs
+never answered; one whose ``expires`` had passed was acknowledged as revoked and its jobs
+were never answered either. Jobs have deadlines, not schedules: such a message's jobs are
+rejected naming the header, at once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from shared import keys
+from shared.streams import StreamEntry
+from tests.faults.conftest import FleetFactory
+from tests.faults.test_bad_envelopes import _body, _envelope
+from tests.support.fleet import decide_job
+
+pytestmark = pytest.mark.faults
+
+
+def _reply(entries: list[StreamEntry], job_id: str) -> StreamEntry | None:
+    return next((entry for entry in entries if entry.job_id == job_id), None)
+
+
+def test_a_message_that_asks_to_wait_or_expire_is_rejected_at_once(
+    new_fleet: FleetFactory,
+) -> None:
+    crew = new_fleet("scheduled")
+    worker = crew.start_worker()
+    later = (datetime.now(UTC) + timedelta(days=3650)).isoformat()
+    gone = (datetime.now(UTC) - timedelta(minutes=5)).isoformat()
+    asked = {
+        "eta": decide_job("scheduled-eta", reply_to=crew.stream),
+        "expires": decide_job("scheduled-expired", reply_to=crew.stream),
+    }
+    crew.broker.lpush(
+        keys.CELERY_QUEUE, json.dumps(_envelope(_body(asked["eta"]), headers={"eta": later}))
+    )
+    crew.broker.lpush(
+        keys.CELERY_QUEUE,
+        json.dumps(_envelope(_body(asked["expires"]), headers={"expires": gone})),
+    )
+    good = crew.jobs(2, "around")
+    crew.submit(good)
+    pairs = crew.pairs([job["id"] for job in (*asked.values(), *good)])
+    crew.expect_replies(pairs, timeout_s=60)
+    entries = crew.entries()
+    for header, job in asked.items():
+        reply = _reply(entries, job["id"])
+        assert reply is not None and reply.type == "rejected", reply
+        assert [p["field"] for p in json.loads(reply.message)["problems"]] == [header]
+    for job in good:
+        reply = _reply(entries, job["id"])
+        assert reply is not None and reply.type == "result", reply
+    assert worker.alive()
+    # Nothing held: every message is acknowledged (a held one stays in kombu's unacked hash;
+    # the last reply may come a moment before its message's acknowledgement).
+    until = time.monotonic() + 30
+    while crew.broker.hlen("unacked") and time.monotonic() < until:
+        time.sleep(0.1)
+    assert crew.broker.hlen("unacked") == 0
