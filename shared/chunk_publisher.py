@@ -4,14 +4,22 @@ A producer's time per job is its validation (CPU) plus its share of one broker r
 per message (waiting on a socket). ``ChunkPublisher`` overlaps the two: the caller hands
 each full chunk to a bounded queue and validates the next; one thread publishes them in
 order over one producer connection. A publishing error stops the thread and is raised to the
-caller at its next ``put`` or when the block ends; chunks queued after it are not sent.
+caller at its next ``put`` or when the block ends; chunks queued after it are never handed to
+``send`` (so nothing of theirs was recorded anywhere).
+
+``MessageSender`` is the client's ``send``: one chunk of jobs, one Celery message, each job's
+intake recorded first (``shared.intake``) and withdrawn again if the publish raises; it keeps
+which jobs' messages went out, for the caller's ``SubmitFailed``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import queue
 import threading
+import uuid
+from collections import Counter
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -19,7 +27,13 @@ from typing import Any
 from celery import Celery
 from kombu.utils import json as kombu_json
 
-__all__ = ["ChunkPublisher", "EncodedJobs", "SplicingProducer"]
+from shared import keys
+from shared.errors import SubmitFailed
+from shared.intake import IntakeBook, member_job_id
+
+__all__ = ["ChunkPublisher", "EncodedJobs", "MessageSender", "SplicingProducer"]
+
+log = logging.getLogger(__name__)
 
 Send = Callable[[Any, list[Any]], None]
 _DONE = object()
@@ -62,6 +76,12 @@ class ChunkPublisher:
         if exc is None:
             self._raise()
 
+    @property
+    def error(self) -> BaseException | None:
+        """What stopped the publishing thread (None: nothing); the caller's own errors are
+        not this."""
+        return self._error
+
     def _raise(self) -> None:
         if self._error is not None:
             raise self._error
@@ -83,6 +103,96 @@ class ChunkPublisher:
             self._error = error
             while self._queue.get() is not _DONE:  # let a blocked put() go on, then stop
                 pass
+
+
+class MessageSender:
+    """Publishes a chunk of (intake member, job JSON) pairs as one Celery message: the
+    ``send`` of a ``ChunkPublisher`` (its thread only).
+
+    Each job's intake is recorded before its message exists (``intake`` None: not a Redis
+    broker, nothing recorded). When the publish raises, that message's records are withdrawn
+    before the error goes on (best effort: if the intake Redis fails too, the log says so and
+    the publish's error is the one raised), because the caller is told the submit failed and a
+    reaper would otherwise republish jobs whose message the broker never held.
+
+    The publish may also have raised *after* the broker took the message (a reply that never
+    came back: a timeout, a connection dropped after the command was written). Those records
+    are withdrawn all the same, and the jobs reported ``unconfirmed``: they may run, from that
+    message. Keeping the records instead would make a reaper republish every failed publish's
+    jobs, the refused connection's too (the reaper cannot tell a message never received from
+    one the broker lost): the very jobs the producer was told failed would run minutes later.
+    Withdrawn, an unconfirmed job runs at most from the message the broker may hold, and a
+    producer that submits it again with the same id is safe, as the ledger runs an id once.
+    What is lost is only the recovery of that one message if the broker took it and then lost
+    it in kombu's pop window; the producer, told "unconfirmed", resubmits it.
+    """
+
+    def __init__(
+        self, celery: Celery, intake: IntakeBook | None, headers: dict[str, str] | None
+    ) -> None:
+        self.celery = celery
+        self.intake = intake
+        self.headers = headers
+        #: The intake members of the jobs in messages published, in order.
+        self.queued: list[str] = []
+        #: Those of the message whose publish raised (may have reached the broker).
+        self.unconfirmed: list[str] = []
+
+    def __call__(self, producer: Any, chunk: list[tuple[str, str]]) -> None:
+        # The task id is ours, so that the intake record names its message before it exists.
+        message_id = str(uuid.uuid4())
+        if self.intake is not None:
+            self.intake.record(chunk, message_id)  # raises: nothing recorded, nothing sent
+        try:
+            self.celery.send_task(
+                keys.RUN_JOBS_TASK,
+                kwargs={"jobs": EncodedJobs(body for _, body in chunk)},
+                queue=keys.CELERY_QUEUE,
+                task_id=message_id,
+                producer=SplicingProducer(producer),
+                # Given, so Celery does not saferepr the whole chunk into every message
+                # (measured: 6% of a producer's time), and no job's content reaches a worker's
+                # log line.
+                argsrepr="()",
+                kwargsrepr=f"{{'jobs': <{len(chunk)} jobs>}}",
+                headers=self.headers,  # the submit's trace context (``traceparent``), if any
+            )
+        except BaseException:
+            self.unconfirmed = [member for member, _ in chunk]
+            self._withdraw(message_id)
+            raise
+        self.queued.extend(member for member, _ in chunk)
+
+    def failure(self, validated: list[str], rejected: list[str]) -> SubmitFailed:
+        """What a submit that validated ``validated`` (job ids, in order) and stopped on this
+        sender's failure queued and did not: the ids of messages published, of the one that
+        raised, and the rest (never sent: buffered, queued behind it, or never put)."""
+        queued = [member_job_id(member) for member in self.queued]
+        unconfirmed = [member_job_id(member) for member in self.unconfirmed]
+        # By count: one id may be in a batch twice (two reply streams), queued once.
+        accounted = Counter([*queued, *unconfirmed])
+        unsent = []
+        for job_id in validated:
+            if accounted[job_id] > 0:
+                accounted[job_id] -= 1
+            else:
+                unsent.append(job_id)
+        return SubmitFailed(queued, unconfirmed, unsent, rejected)
+
+    def _withdraw(self, message_id: str) -> None:
+        if self.intake is None:
+            return
+        try:
+            self.intake.withdraw(self.unconfirmed, message_id)
+        except Exception as exc:  # never instead of the publish's own error
+            log.warning(
+                "intake: could not withdraw the records of %d job(s) whose message was not "
+                "published (%s: %s); a worker's reaper will republish them unless the "
+                "ledger has them by then",
+                len(self.unconfirmed),
+                type(exc).__name__,
+                exc,
+            )
 
 
 class EncodedJobs(list[str]):

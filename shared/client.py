@@ -10,7 +10,8 @@ goes straight to the reply stream, and the rest of the batch goes on.
 
 With a Redis broker each job's intake is recorded before its message is published
 (``shared.intake``): a message the broker loses is republished by the workers' reaper, and
-no producer has to resubmit anything.
+no producer has to resubmit anything. A publish that fails raises ``SubmitFailed``, naming
+the jobs queued before it; the others' records are withdrawn, so no reaper runs them later.
 
     estimate = client.estimate(jobs, reply_to="claims-replies")   # a dry run: nothing sent
     estimate.total.requests, estimate.total.by_provider["parallel"].cost_usd
@@ -18,8 +19,6 @@ no producer has to resubmit anything.
 
 from __future__ import annotations
 
-import functools
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -30,7 +29,7 @@ from celery import Celery
 
 from shared import keys, tracing
 from shared.celery_producer import producer_app
-from shared.chunk_publisher import ChunkPublisher, EncodedJobs, SplicingProducer
+from shared.chunk_publisher import ChunkPublisher, MessageSender
 from shared.errors import FieldProblem, JobInvalid
 from shared.estimate import ESTIMATE_TTL_S, Estimate, EstimateReport, estimate_report
 from shared.images import ref_problems
@@ -205,6 +204,11 @@ class Client:
 
         Traced (``shared.tracing``, when an endpoint is set): one ``decisions.submit`` span,
         whose context every message carries in its headers to the worker.
+
+        A message whose publish fails (the broker unreachable, the intake Redis down) raises
+        ``SubmitFailed`` from that error: the jobs queued before it, those of that message
+        (``unconfirmed``: it may have reached the broker) and those never sent
+        (``shared.chunk_publisher.MessageSender`` says why the records go either way).
         """
         tracing.configure(self.settings, service_name=PRODUCER_SERVICE)
         with tracing.span(SUBMIT_SPAN, kind="producer", **{"messaging.system": "celery"}) as span:
@@ -223,15 +227,33 @@ class Client:
         pack: bool,
         headers: dict[str, str] | None,
     ) -> SubmitReport:
+        report = SubmitReport()
+        sender = MessageSender(self.celery, self.intake, headers)
+        publisher = ChunkPublisher(self.celery, sender, on_sent=on_progress)
+        try:
+            self._queue_all(publisher, report, jobs, reply_to, chunk_size, pack)
+        except Exception as exc:
+            if exc is not publisher.error:
+                raise  # the caller's own (its jobs, a rejection's publish), as it was raised
+            raise sender.failure(report.job_ids, list(report.rejected)) from exc
+        return report
+
+    def _queue_all(
+        self,
+        publisher: ChunkPublisher,
+        report: SubmitReport,
+        jobs: Iterable[Any],
+        reply_to: str | None,
+        chunk_size: int | None,
+        pack: bool,
+    ) -> None:
         cap = self.settings.max_message_bytes
         # Each job's intake member and JSON text (``wire_text``); packable jobs by pack key.
         chunks: MessageChunks[tuple[str, str]] = MessageChunks(
             chunk_size or self.settings.chunk_size, cap
         )
         packs: MessageChunks[tuple[str, str]] = MessageChunks(self.settings.pack_chunk_size, cap)
-        report = SubmitReport()
-        send = functools.partial(self._send_chunk, headers=headers)
-        with ChunkPublisher(self.celery, send, on_sent=on_progress) as publisher:
+        with publisher:
 
             def put(message: list[tuple[str, str]]) -> None:
                 publisher.put(message)
@@ -252,7 +274,6 @@ class Client:
                     put(message)
             for message in (*chunks.drain(), *packs.drain()):
                 put(message)
-        return report
 
     def _wired(self, raw: Any, reply_to: str | None, pack: bool) -> tuple[Job, str, int]:
         """A checked job (packed if asked), its JSON text as sent and its cost in a message
@@ -326,30 +347,6 @@ class Client:
         """The estimate stored for ``batch`` (None if none was)."""
         raw = self.redis.get(keys.batch_estimate(batch))
         return None if raw is None else Estimate.from_json(raw)
-
-    def _send_chunk(
-        self,
-        producer: Any,
-        chunk: list[tuple[str, str]],
-        *,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        # The task id is ours, so that the intake record names its message before it exists.
-        message_id = str(uuid.uuid4())
-        if self.intake is not None:
-            self.intake.record(chunk, message_id)
-        self.celery.send_task(
-            keys.RUN_JOBS_TASK,
-            kwargs={"jobs": EncodedJobs(body for _, body in chunk)},
-            queue=keys.CELERY_QUEUE,
-            task_id=message_id,
-            producer=SplicingProducer(producer),
-            # Given, so Celery does not saferepr the whole chunk into every message (measured:
-            # 6% of a producer's time), and no job's content reaches a worker's log line.
-            argsrepr="()",
-            kwargsrepr=f"{{'jobs': <{len(chunk)} jobs>}}",
-            headers=headers,  # the submit's trace context (``traceparent``), when traced
-        )
 
     def _publish_rejection(self, raw: Any, exc: JobInvalid, reply_to: str | None) -> None:
         if reply_to is not None and isinstance(raw, dict):

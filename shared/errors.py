@@ -14,6 +14,8 @@ Every exception this package raises on purpose derives from ``DecisionWorkerErro
     ├── EscalationNotFound          no open escalation has that id (or it is held by another)
     │   └── AlreadyResolved         the job was resolved before: by whom, when
     ├── PublishFailed               Redis refused a reply's publish; nothing was written
+    ├── SubmitFailed                a batch's message was not published; ``queued`` names the
+                                    jobs whose messages were (shared.client)
     ├── HandlerOutputInvalid (TypeError) a handler or tool returned no JSON; names the type only
     ├── ExitContained               a handler, tool or job raised SystemExit/KeyboardInterrupt
                                     (or another BaseException); kept as that job's error
@@ -50,6 +52,7 @@ __all__ = [
     "PublishFailed",
     "ResolutionInvalid",
     "SchemaBehind",
+    "SubmitFailed",
 ]
 
 ProviderErrorCode = Literal[
@@ -194,6 +197,47 @@ class AlreadyResolved(EscalationNotFound):
 class PublishFailed(DecisionWorkerError):
     """Redis refused a terminal message's publish (a key that is not a stream, out of
     memory): nothing was written, and the ledger must not be marked published."""
+
+
+class SubmitFailed(DecisionWorkerError):
+    """Publishing one of a batch's messages failed (the broker, or the intake records'
+    Redis, refused it); raised ``from`` that error. Every job id the submit validated is in
+    exactly one list:
+
+    - ``queued``: in a message the broker took: it runs, and is republished if the broker
+      loses it (its intake record stays);
+    - ``unconfirmed``: in the message whose publish raised. The broker may have taken it all
+      the same (a reply that never came back), so these may still run; their intake records
+      were withdrawn, so nothing republishes them later;
+    - ``unsent``: never handed to the broker: these do not run.
+
+    ``rejected`` are the ids rejected at once (their ``rejected`` message is on the stream);
+    jobs after the failure were never read. Submitting the unconfirmed and unsent jobs again
+    with the same ids is safe: the ledger runs a job id once. Doing their work another way is
+    safe for the unsent only.
+    """
+
+    def __init__(
+        self,
+        queued: list[str],
+        unconfirmed: list[str],
+        unsent: list[str],
+        rejected: list[str] | None = None,
+    ) -> None:
+        self.queued = queued
+        self.unconfirmed = unconfirmed
+        self.unsent = unsent
+        self.rejected = rejected or []
+        super().__init__(
+            f"submit failed after {len(queued)} job(s) were queued: "
+            f"{len(unconfirmed)} in the message whose publish failed (it may have reached the "
+            f"broker), {len(unsent)} not sent"
+        )
+
+    @property
+    def not_queued(self) -> list[str]:
+        """The jobs not known to be queued: the ones to submit again (same ids)."""
+        return [*self.unconfirmed, *self.unsent]
 
 
 class HandlerOutputInvalid(DecisionWorkerError, TypeError):

@@ -9,6 +9,8 @@ ledger never saw the job, so nothing else knows it existed. Hence, with a Redis 
   the job's JSON as queued, the Celery task id of its message, and the submit time by Redis
   ``TIME`` (one clock for every producer and worker), in one Lua call per message;
 - a worker forgets the records of a message's jobs once it ran them (``worker.recovery.intake``);
+- a producer whose publish raised withdraws that message's records at once (``withdraw``):
+  it tells its caller those jobs were not queued, and a reaper must not queue them later;
 - the workers' reaper republishes, after the visibility timeout, the jobs whose record is
   older than that, that the ledger never saw and that the broker no longer holds (safe: the
   ledger sends nothing twice).
@@ -35,6 +37,7 @@ __all__ = [
     "IntakeCounts",
     "IntakeRecord",
     "intake_member",
+    "member_job_id",
     "records_intake",
 ]
 
@@ -70,6 +73,21 @@ end
 return out
 """
 
+#: Drop each member of ARGV[2..] whose record still begins with ARGV[1] (it names the message
+#: whose publish failed): one a reaper already pointed at a new message is that message's now.
+_WITHDRAW = """
+local dropped = 0
+for i = 2, #ARGV do
+  local record = redis.call('HGET', KEYS[2], ARGV[i])
+  if record and string.sub(record, 1, #ARGV[1]) == ARGV[1] then
+    redis.call('HDEL', KEYS[2], ARGV[i])
+    redis.call('ZREM', KEYS[1], ARGV[i])
+    dropped = dropped + 1
+  end
+end
+return dropped
+"""
+
 _REDIS_SCHEMES = ("redis://", "rediss://", "redis+socket://", "sentinel://")
 
 
@@ -81,6 +99,11 @@ def records_intake(broker_url: str) -> bool:
 def intake_member(reply_to: str | None, job_id: str) -> str:
     """The record's key inside the intake hash and sorted set: (stream, id) as a JSON pair."""
     return json.dumps([reply_to, job_id], ensure_ascii=False, separators=(",", ":"))
+
+
+def member_job_id(member: str) -> str:
+    """The job id of an ``intake_member``."""
+    return str(json.loads(member)[1])
 
 
 @dataclass(frozen=True)
@@ -97,7 +120,12 @@ class IntakeRecord:
     @staticmethod
     def text(message_id: str, job_json: str, attempts: int = 0) -> str:
         """The stored form; the job's JSON text goes in as it is (no second encoding)."""
-        return f'{{"message":{json.dumps(message_id)},"attempts":{attempts},"job":{job_json}}}'
+        return f'{IntakeRecord.prefix(message_id)}"attempts":{attempts},"job":{job_json}}}'
+
+    @staticmethod
+    def prefix(message_id: str) -> str:
+        """How the stored form of every record naming ``message_id`` begins."""
+        return f'{{"message":{json.dumps(message_id)},'
 
     @classmethod
     def parse(cls, member: str, text: str) -> IntakeRecord:
@@ -133,6 +161,7 @@ class IntakeBook:
         self.redis = client
         self._record = client.register_script(_RECORD)
         self._take = client.register_script(_TAKE)
+        self._withdraw = client.register_script(_WITHDRAW)
 
     def record(self, entries: Sequence[tuple[str, str]], message_id: str) -> None:
         """Record (member, job JSON) pairs of one message, before it is published."""
@@ -142,6 +171,17 @@ class IntakeBook:
         for member, job_json in entries:
             argv += [member, IntakeRecord.text(message_id, job_json)]
         self._record(keys=[keys.INTAKE_TIMES, keys.INTAKE_JOBS], args=argv)
+
+    def withdraw(self, members: Iterable[str], message_id: str) -> int:
+        """Drop the records of ``members`` that still name ``message_id``, a message whose
+        publish failed; returns how many were dropped. A record a reaper has since pointed
+        at a message of its own is left: that message holds the job now."""
+        listed = list(members)
+        if not listed:
+            return 0
+        prefix = IntakeRecord.prefix(message_id)
+        dropped = self._withdraw(keys=[keys.INTAKE_TIMES, keys.INTAKE_JOBS], args=[prefix, *listed])
+        return int(dropped)
 
     def rewrite(self, record: IntakeRecord, message_id: str) -> None:
         """Point a record at the message that re-sends it (its time was set when taken)."""

@@ -8,6 +8,7 @@ import pytest
 import redis.exceptions
 from pydantic import ValidationError
 
+from shared.errors import SubmitFailed
 from shared.settings import Settings, get_settings
 from worker.cli.errors import RUNTIME, USAGE, explain
 
@@ -74,3 +75,27 @@ def test_a_redis_certificate_nobody_vouches_for_names_the_url_option(
     got = explain(redis.exceptions.ConnectionError(_UNVERIFIED))
     assert "DECISIONS_REDIS_URL" in (got.fix or "")
     assert "ssl_ca_certs=" in (got.fix or "") and "start Redis" not in (got.fix or "")
+
+
+def _submit_failed(queued: int, broker_error: Exception) -> SubmitFailed:
+    ids = [f"j-{n}" for n in range(10)]
+    try:
+        raise SubmitFailed(ids[:queued], ids[queued : queued + 2], ids[queued + 2 :]) from (
+            broker_error
+        )
+    except SubmitFailed as failed:
+        return failed
+
+
+def test_a_submit_the_broker_stopped_half_way_says_how_many_jobs_were_queued(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DECISIONS_BROKER_URL", "redis://10.1.2.3:6379/0")
+    refused = kombu.exceptions.OperationalError("Error 111 connecting to 10.1.2.3:6379.")
+    plain = explain(refused)
+    got = explain(_submit_failed(4, refused))
+    assert got.exit_code == RUNTIME and len(got.lines()) == 2
+    assert got.problem == f"{plain.problem}; 4 job(s) were queued before it failed"
+    assert got.fix == f"{plain.fix}; submitting the same file again is safe: a job id runs once"
+    # None queued: the broker's own explanation, as before.
+    assert explain(_submit_failed(0, refused)) == plain

@@ -16,8 +16,17 @@ import pytest
 import redis
 import sqlalchemy as sa
 
+from shared import keys
 from tests.cli.support import decisions, traceback_in
-from tests.support.services import PG_BASE_URL, REDIS_HOST, REDIS_PORT, postgres_schema
+from tests.support.services import (
+    PG_BASE_URL,
+    REDIS_HOST,
+    REDIS_PORT,
+    free_port,
+    postgres_schema,
+    redis_database,
+    redis_url,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -432,6 +441,23 @@ def test_a_mistake_is_explained_without_a_traceback(case: Case, workdir: Path) -
     explanation = [line for line in done.stderr.splitlines() if line.strip()]
     assert 1 <= len(explanation) <= case.lines, done.stderr
     assert "secret-canary" not in done.output
+
+
+def test_submit_to_a_redis_broker_that_is_down_leaves_no_job_to_run_later(workdir: Path) -> None:
+    # The streams' Redis answers, the broker's port does not: the explanation, and no intake
+    # record left for a worker's reaper to republish (before: the first message's jobs had
+    # one, and ran minutes after the producer was told the submit failed).
+    broker = f"redis://127.0.0.1:{free_port()}/0"
+    with redis_database(9) as r:  # this folder's streams database (tests/cli)
+        done = decisions(*SUBMIT, cwd=workdir, redis_url=redis_url(9), broker_url=broker)
+        records = (r.hlen(keys.INTAKE_JOBS), r.zcard(keys.INTAKE_TIMES))
+    assert traceback_in(done.output) is None, traceback_in(done.output)
+    assert done.code == 1, done.output
+    explanation = [line for line in done.stderr.splitlines() if line.strip()]
+    assert 1 <= len(explanation) <= 2, done.stderr
+    assert f"cannot reach the broker at DECISIONS_BROKER_URL={broker}" in explanation[0]
+    assert "queued before it failed" not in done.stderr  # none was
+    assert records == (0, 0)
 
 
 def test_debug_shows_the_traceback(workdir: Path) -> None:

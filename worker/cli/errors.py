@@ -22,7 +22,7 @@ from typing import Any
 import pydantic
 from pydantic_settings import SettingsError
 
-from shared.errors import ConfigurationError, DecisionWorkerError, SchemaBehind
+from shared.errors import ConfigurationError, DecisionWorkerError, SchemaBehind, SubmitFailed
 from shared.settings import Settings
 from worker.cli.connection_errors import CONNECTION_HANDLERS
 from worker.cli.explanation import RUNTIME, USAGE, Explanation, masked, setting_variable
@@ -112,6 +112,23 @@ def _schema_behind(exc: SchemaBehind) -> Explanation:
     return Explanation(
         f"the ledger's schema is behind this code: {exc}",
         "run `decisions migrate` against DECISIONS_LEDGER_URL",
+    )
+
+
+def _submit_failed(exc: SubmitFailed) -> Explanation:
+    # Explained as the error that stopped it (the broker down: the same one or two lines), and
+    # when some jobs went out before it, how many: the rest were not queued and no reaper
+    # queues them later (shared.chunk_publisher.MessageSender).
+    cause = exc.__cause__
+    found = explain(cause) if cause is not None else _project_error(exc)
+    if not exc.queued:
+        return found
+    # Not "of how many": the lines after the failure were never read.
+    again = "submitting the same file again is safe: a job id runs once"
+    return Explanation(
+        f"{found.problem}; {len(exc.queued)} job(s) were queued before it failed",
+        f"{found.fix}; {again}" if found.fix else again,
+        found.exit_code,
     )
 
 
@@ -225,6 +242,7 @@ _HANDLERS: list[tuple[Any, Callable[[Any], Explanation | None]]] = [
     (pydantic.ValidationError, _settings_invalid),
     (SettingsError, _settings_unparsable),
     (SchemaBehind, _schema_behind),
+    (SubmitFailed, _submit_failed),
     (ConfigurationError, _configuration),
     (ModuleNotFoundError, _missing_extra),
     *CONNECTION_HANDLERS,
