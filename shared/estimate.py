@@ -44,7 +44,6 @@ from typing import Any, Final, Literal
 
 from shared.canonical import canonical_bytes
 from shared.errors import FieldProblem, JobInvalid
-from shared.job_wire import wire_text
 from shared.jobs import AnyJob, DecideJob, MenuJob, RouteJob, SiftJob
 from shared.judgments import (
     ROUTE_QUESTION_ID,
@@ -336,6 +335,17 @@ class EstimateReport:
             batch.add_jobs(jobs, requests, prices)
 
 
+def _wire_text(raw: Any, job: AnyJob) -> str:
+    """The job's JSON as the client sends it (``shared.job_wire.wire_text``, which this pure
+    module may not import: it reaches kombu): the line's own dict when it is plain JSON."""
+    if isinstance(raw, dict):
+        try:
+            return json.dumps(raw, allow_nan=False)
+        except (TypeError, ValueError, RecursionError):
+            pass
+    return job.model_dump_json(exclude_none=True)
+
+
 def estimate_report(
     lines: Iterable[Any],
     validate: Callable[[Any], AnyJob],
@@ -363,8 +373,7 @@ def estimate_report(
             job_id = job.id
             key = pack_key(job, settings.default_provider)
             if key is not None and isinstance(job, DecideJob):
-                text = wire_text(job, raw if isinstance(raw, dict) else None)
-                for full in packs.add(key, job, job_cost(text)):
+                for full in packs.add(key, job, job_cost(_wire_text(raw, job))):
                     add_pack(full)
                 continue
             requests = planned_requests(job, settings)
