@@ -1,5 +1,8 @@
 """Messages that ask to wait (an ``eta`` or ``countdown``) or to be dropped (``expires``).
 
+A short wait is the worker's own retry (``autoretry_for``, with backoff): it must run. A
+wait beyond the deadline ceiling, or an ``expires``, is refused.
+
 The project's producers never set either, but anyone who can write to the broker can, and a
 raw Celery producer does with ``apply_async(countdown=...)``. Before the guard read them: a
 message with an ``eta`` ten years ahead was taken and held in the worker's memory for good
@@ -37,10 +40,15 @@ def test_a_message_that_asks_to_wait_or_expire_is_rejected_at_once(
     worker = crew.start_worker()
     later = (datetime.now(UTC) + timedelta(days=3650)).isoformat()
     gone = (datetime.now(UTC) - timedelta(minutes=5)).isoformat()
+    soon = (datetime.now(UTC) + timedelta(seconds=3)).isoformat()
     asked = {
         "eta": decide_job("scheduled-eta", reply_to=crew.stream),
         "expires": decide_job("scheduled-expired", reply_to=crew.stream),
     }
+    retried = decide_job("scheduled-retry", reply_to=crew.stream)
+    crew.broker.lpush(
+        keys.CELERY_QUEUE, json.dumps(_envelope(_body(retried), headers={"eta": soon}))
+    )
     crew.broker.lpush(
         keys.CELERY_QUEUE, json.dumps(_envelope(_body(asked["eta"]), headers={"eta": later}))
     )
@@ -50,14 +58,14 @@ def test_a_message_that_asks_to_wait_or_expire_is_rejected_at_once(
     )
     good = crew.jobs(2, "around")
     crew.submit(good)
-    pairs = crew.pairs([job["id"] for job in (*asked.values(), *good)])
+    pairs = crew.pairs([job["id"] for job in (*asked.values(), retried, *good)])
     crew.expect_replies(pairs, timeout_s=60)
     entries = crew.entries()
     for header, job in asked.items():
         reply = _reply(entries, job["id"])
         assert reply is not None and reply.type == "rejected", reply
         assert [p["field"] for p in json.loads(reply.message)["problems"]] == [header]
-    for job in good:
+    for job in (*good, retried):
         reply = _reply(entries, job["id"])
         assert reply is not None and reply.type == "result", reply
     assert worker.alive()

@@ -35,6 +35,7 @@ import base64
 import json
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import structlog
@@ -49,13 +50,14 @@ from shared import strict_json
 from shared.errors import FieldProblem
 from shared.keys import CELERY_QUEUE, RUN_JOBS_TASK
 from shared.limits import Limits, current_limits, job_problems, refused_job
+from shared.settings import get_settings
 from worker.observability.metrics.families import families
 
 __all__ = [
+    "ETA_SLACK_S",
     "POISON_HEADER",
     "POISON_REASONS",
     "POISON_REASON_HEADER",
-    "SCHEDULING_HEADERS",
     "checked_envelope",
     "checked_strategy",
     "contain",
@@ -241,28 +243,52 @@ def malformed(message: Any) -> str | None:
     return None
 
 
-#: Celery's headers that schedule a message, and why a message may not carry them.
-SCHEDULING_HEADERS: Final = {
-    "eta": "a message may not ask to wait (eta, countdown): jobs have deadlines, not "
-    "schedules; submit them when they should run",
-    "expires": "a message may not expire (expires): Celery would drop its jobs unanswered; "
-    "a job's timeout_s or deadline says how long it may wait",
-}
+#: Clocks of the worker that wrote an ``eta`` (a retry's) and the one reading it may differ.
+ETA_SLACK_S: Final = 60.0
 
 
-def unscheduled(headers: dict[str, Any]) -> list[FieldProblem]:
+def unscheduled(headers: dict[str, Any], longest_wait_s: float) -> list[FieldProblem]:
     """The problems of a message's scheduling headers, each cleared in ``headers`` (so
     that Celery neither holds the message nor drops it as expired: its jobs are refused).
 
-    Before: an ``eta`` ten years ahead was held in the worker's memory for good, and put
-    back by the visibility timeout for another worker to hold; an ``expires`` passed was
-    acknowledged as revoked. Either way its jobs were never answered."""
+    An ``eta`` (Celery's ``countdown`` too) further than ``longest_wait_s`` (and some
+    clock slack) ahead: no job waits longer than the deadline ceiling, and the worker's own
+    retries (``autoretry_for``) wait at most their backoff. Before, an ``eta`` ten years
+    ahead was held in the worker's memory for good, and put back by the visibility timeout
+    for another worker to hold. An ``expires``, which nothing of ours sets: an expired
+    message was acknowledged as revoked. Either way its jobs were never answered."""
     problems = []
-    for name, why in SCHEDULING_HEADERS.items():
-        if headers.get(name) is not None:
-            problems.append(FieldProblem(name, why))
-            headers[name] = None
+    eta = headers.get("eta")
+    if eta is not None:
+        when = _instant(eta)
+        latest = datetime.now(UTC) + timedelta(seconds=longest_wait_s + ETA_SLACK_S)
+        if when is None or when > latest:
+            problems.append(FieldProblem(
+                "eta",
+                f"a message may not wait more than {longest_wait_s:g} s (its eta or countdown; "
+                "DECISIONS_DEADLINE_CEILING_S): jobs have deadlines, not schedules; submit "
+                "them when they should run",
+            ))
+            headers["eta"] = None
+    if headers.get("expires") is not None:
+        problems.append(FieldProblem(
+            "expires",
+            "a message may not expire (Celery would drop its jobs unanswered); a job's "
+            "timeout_s or deadline says how long it may wait",
+        ))
+        headers["expires"] = None
     return problems
+
+
+def _instant(value: Any) -> datetime | None:
+    """An ISO 8601 time as Celery writes ``eta`` (UTC when it names no offset), or None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 def contain(
@@ -300,6 +326,10 @@ def checked_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Calla
     handle = default(task, app, consumer, **kwargs)
     connection_errors = tuple(getattr(consumer, "connection_errors", ()) or ())
     limits = current_limits()
+    # A job waits no longer than the deadline ceiling; the task's own retries, their backoff.
+    longest_wait_s = max(
+        get_settings().deadline_ceiling_s, float(getattr(task, "retry_backoff_max", 0) or 0)
+    )
 
     def task_message_handler(
         message: Any, body: Any, ack: Any, reject: Any, callbacks: Any, **options: Any
@@ -324,7 +354,8 @@ def checked_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Calla
             if headers.problem is not None:
                 _poison("oversize_headers", task.name, headers.problem[1])
                 raise InvalidTaskError(f"{task.name}: headers: {headers.problem[1]}")
-            problem, refused = contain(message.payload, limits, unscheduled(message.headers))
+            scheduled = unscheduled(message.headers, longest_wait_s)
+            problem, refused = contain(message.payload, limits, scheduled)
             if refused:
                 _poison("job_refused", task.name, f"{refused} job(s) refused", refused)
                 # The pool decodes the body again: it gets the refused jobs, not the originals.
