@@ -267,7 +267,7 @@ class Settings(BaseSettings, MaskedRepr):
         ge=1,
         description="provider requests in flight at once per worker process and provider "
         "(any pool); with the loop pool also the jobs running per provider, and twice as many "
-        "messages reserved",
+        "jobs reserved (a message counts its jobs, or its bytes by 128 KiB)",
     )
     handlers: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

@@ -28,6 +28,7 @@ from shared.errors import ConfigurationError
 from shared.settings import Settings, get_settings
 from worker.observability import metrics
 from worker.process import broker, logs
+from worker.process.prefetch import PrefetchStep
 
 __all__ = [
     "app", "check_visibility_timeout", "create_app", "pool_settings", "time_limits"
@@ -99,6 +100,8 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> Celery:
         task_send_sent_event=False,
     )
     celery.conf.update(overrides)
+    # The loop pool's reserve in jobs, not messages (worker.process.prefetch).
+    celery.steps["consumer"].add(PrefetchStep)
     from worker.tasks import register
 
     register(celery)

@@ -84,6 +84,7 @@ from worker.observability import tracing
 from worker.process import context
 from worker.process.faults import fault_point
 from worker.process.inflight import JobGate
+from worker.process.prefetch import JobPrefetch, message_cost
 from worker.recovery.intake import forget_ran
 
 __all__ = ["ACK_THREAD", "LoopPool", "message_jobs"]
@@ -180,6 +181,8 @@ class LoopPool(BasePool):
         accept = self.app.conf.accept_content if self.app is not None else ["json"]
         self._accept = prepare_accept_content(accept)
         self._acks = _Acks(lambda jobs: forget_ran(self._ctx.intake, jobs))
+        # Given Celery's QoS by the consumer's ``PrefetchStep`` once it has one.
+        self.prefetch = JobPrefetch()
         self._lock = threading.Lock()
         self._running: set[Future[Any]] = set()
         self._classic: set[threading.Thread] = set()
@@ -210,6 +213,11 @@ class LoopPool(BasePool):
             accepted_at = time.monotonic()
             self._acks.put(lambda: accept_callback(os.getpid(), accepted_at))
         request = args[2] if len(args) > 2 and isinstance(args[2], dict) else {}
+        # The reserve counts jobs, not messages (``worker.process.prefetch``).
+        body = args[3]
+        held = self.prefetch.take(
+            message_cost(len(jobs), len(body) if isinstance(body, bytes | str) else 0)
+        )
         started = time.monotonic()
         future = asyncio.run_coroutine_threadsafe(
             self._run(jobs, request, soft_timeout), self._ctx.loop.loop
@@ -220,7 +228,8 @@ class LoopPool(BasePool):
         def done(f: Future[Any]) -> None:
             ran = jobs if not f.cancelled() and f.exception() is None else None
             self._acks.put(
-                lambda: self._finish(f, jobs, started, target, args, kwargs, callback), ran
+                lambda: self._finish(f, jobs, started, target, args, kwargs, callback, held),
+                ran,
             )
 
         future.add_done_callback(done)
@@ -255,8 +264,10 @@ class LoopPool(BasePool):
         args: tuple[Any, ...],
         kwargs: dict[str, Any] | None,
         callback: Callable[..., Any] | None,
+        held: tuple[Any, int],
     ) -> None:
-        """On the acks thread: acknowledge a message whose jobs all ran, or hand it on."""
+        """On the acks thread: acknowledge a message whose jobs all ran, or hand it on; then
+        give its prefetch slots back."""
         try:
             error = future.exception()
             if error is None:
@@ -276,6 +287,7 @@ class LoopPool(BasePool):
                 log.info("pool.classic_path", jobs=len(jobs), error=type(error).__name__)
                 self._start_classic(target, args, kwargs, callback, None)
         finally:
+            self.prefetch.give(*held)
             with self._lock:
                 self._running.discard(future)
                 self._idle.notify_all()
