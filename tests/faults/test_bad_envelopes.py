@@ -12,7 +12,6 @@ with no poison line and no metric.
 
 from __future__ import annotations
 
-import base64
 import json
 import uuid
 import zlib
@@ -25,6 +24,7 @@ import pytest
 from shared import keys
 from tests.faults.conftest import FleetFactory
 from tests.support.checker import Figures
+from tests.support.envelopes import raw_envelope, task_body
 from tests.support.fleet import decide_job
 from tests.support.services import free_port
 from worker.process.guard import POISON_HEADER, checked_envelope, envelope_loads, malformed
@@ -32,49 +32,21 @@ from worker.process.guard import POISON_HEADER, checked_envelope, envelope_loads
 pytestmark = pytest.mark.faults
 
 
-def _envelope(payload: bytes, **patch: Any) -> dict[str, Any]:
-    """A Redis transport envelope as kombu stores it (``patch``: top-level fields, or
-    ``headers``/``properties`` merged in)."""
-    task_id = str(uuid.uuid4())
-    envelope: dict[str, Any] = {
-        "body": base64.b64encode(payload).decode(),
-        "content-encoding": "utf-8",
-        "content-type": "application/json",
-        "headers": {"lang": "py", "task": keys.RUN_JOBS_TASK, "id": task_id, "retries": 0},
-        "properties": {
-            "body_encoding": "base64",
-            "delivery_info": {"exchange": keys.CELERY_QUEUE, "routing_key": keys.CELERY_QUEUE},
-            "priority": 0,
-            "delivery_tag": str(uuid.uuid4()),
-        },
-    }
-    for name, value in patch.items():
-        if name in ("headers", "properties") and isinstance(value, dict):
-            envelope[name] = {**envelope[name], **value}
-        else:
-            envelope[name] = value
-    return envelope
-
-
-def _body(*jobs: Any) -> bytes:
-    return json.dumps([[], {"jobs": list(jobs)}, {}]).encode()
-
-
 def _bad_envelopes(stream: str) -> list[bytes]:
-    good = _body(decide_job(f"env-{uuid.uuid4().hex[:6]}", reply_to=stream))
+    good = task_body(decide_job(f"env-{uuid.uuid4().hex[:6]}", reply_to=stream))
     v1 = json.dumps({"task": ["x"], "id": "1", "args": [], "kwargs": {}}).encode()
     bomb = zlib.compress(b"[" + b" " * 20_000_000 + b"]", 9)
     patched: list[dict[str, Any]] = [
-        _envelope(good, **{"body": "abc"}),  # not base64
-        _envelope(good, **{"body": None}),
-        _envelope(good, **{"body": 0}),
-        _envelope(good, headers=[1]),
-        _envelope(good, headers={"task": ["decisions.run_jobs"]}),
-        {**_envelope(v1), "headers": {"lang": "py"}},  # protocol 1: the task in the body
-        _envelope(good, properties={"body_encoding": "rot13"}),
-        _envelope(good, properties={"delivery_tag": [1]}),
-        _envelope(good, **{"content-type": ["application/json"]}),
-        _envelope(bomb, headers={"compression": "application/x-gzip"}),
+        raw_envelope(good, **{"body": "abc"}),  # not base64
+        raw_envelope(good, **{"body": None}),
+        raw_envelope(good, **{"body": 0}),
+        raw_envelope(good, headers=[1]),
+        raw_envelope(good, headers={"task": ["decisions.run_jobs"]}),
+        {**raw_envelope(v1), "headers": {"lang": "py"}},  # protocol 1: the task in the body
+        raw_envelope(good, properties={"body_encoding": "rot13"}),
+        raw_envelope(good, properties={"delivery_tag": [1]}),
+        raw_envelope(good, **{"content-type": ["application/json"]}),
+        raw_envelope(bomb, headers={"compression": "application/x-gzip"}),
     ]
     return [
         b"\xff\xfe not an envelope",
@@ -89,9 +61,9 @@ def test_an_unreadable_envelope_becomes_a_poison_envelope() -> None:
     for raw in _bad_envelopes("s"):
         read = checked_envelope(envelope_loads(raw.decode("utf-8", "replace")))
         assert isinstance(read, dict) and POISON_HEADER in read["headers"], raw[:80]
-    fine = _envelope(_body(decide_job("fine", reply_to="s")))
+    fine = raw_envelope(task_body(decide_job("fine", reply_to="s")))
     assert checked_envelope(envelope_loads(json.dumps(fine))) == fine
-    pidbox = _envelope(b'{"method": "ping", "arguments": {}}', headers={"clock": 1})
+    pidbox = raw_envelope(b'{"method": "ping", "arguments": {}}', headers={"clock": 1})
     del pidbox["headers"]["task"]
     assert checked_envelope(envelope_loads(json.dumps(pidbox))) == pidbox
 
@@ -101,7 +73,7 @@ def test_kombus_unacked_records_read_as_they_are() -> None:
     same ``loads`` to put a message back after the visibility timeout: checked as an
     envelope there, every such message was replaced by a poison envelope and never came
     back (a kill -9 lost its jobs; CI's kill-boundary tests caught it)."""
-    fine = _envelope(_body(decide_job("fine", reply_to="s")))
+    fine = raw_envelope(task_body(decide_job("fine", reply_to="s")))
     record = [fine, "", "decisions"]
     assert envelope_loads(json.dumps(record)) == record
 
@@ -137,7 +109,7 @@ def test_envelopes_pushed_by_hand_between_good_jobs_stop_nothing(
         crew.broker.lpush(keys.CELERY_QUEUE, raw)
     crew.broker.lpush(
         keys.CELERY_QUEUE,
-        json.dumps(_envelope(json.dumps([[], {"jobs": [good[-1]], "evil": 1}, {}]).encode())),
+        json.dumps(raw_envelope(json.dumps([[], {"jobs": [good[-1]], "evil": 1}, {}]).encode())),
     )
     submitted = crew.submit([good[-1]])
     pairs = crew.pairs([job["id"] for job in good])

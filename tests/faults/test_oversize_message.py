@@ -10,7 +10,6 @@ it drops it unread (``task.poison``, reason ``oversize_message``) and answers th
 
 from __future__ import annotations
 
-import base64
 import json
 import uuid
 from collections.abc import Callable
@@ -22,6 +21,7 @@ import pytest
 from shared import keys
 from tests.faults.conftest import FleetFactory
 from tests.support.checker import Figures
+from tests.support.envelopes import raw_envelope, task_body
 from tests.support.fleet import decide_job, profile, wait_until
 from tests.support.services import free_port
 
@@ -36,21 +36,7 @@ STATE_BYTES = 300_000
 
 def _oversize_envelope(jobs: list[dict[str, Any]]) -> bytes:
     """A Redis transport envelope as a producer of Celery's would push it."""
-    body = json.dumps([[], {"jobs": jobs}, {}]).encode()
-    task_id = str(uuid.uuid4())
-    envelope = {
-        "body": base64.b64encode(body).decode(),
-        "content-encoding": "utf-8",
-        "content-type": "application/json",
-        "headers": {"lang": "py", "task": keys.RUN_JOBS_TASK, "id": task_id, "retries": 0},
-        "properties": {
-            "body_encoding": "base64",
-            "delivery_info": {"exchange": "", "routing_key": keys.CELERY_QUEUE},
-            "priority": 0,
-            "delivery_tag": str(uuid.uuid4()),
-        },
-    }
-    return json.dumps(envelope).encode()
+    return json.dumps(raw_envelope(task_body(*jobs))).encode()
 
 
 def test_an_oversize_message_between_good_jobs_is_dropped_unread(

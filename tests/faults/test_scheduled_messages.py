@@ -23,7 +23,7 @@ import pytest
 from shared import keys
 from shared.streams import StreamEntry
 from tests.faults.conftest import FleetFactory
-from tests.faults.test_bad_envelopes import _body, _envelope
+from tests.support.envelopes import raw_envelope, task_body
 from tests.support.fleet import decide_job
 
 pytestmark = pytest.mark.faults
@@ -47,14 +47,14 @@ def test_a_message_that_asks_to_wait_or_expire_is_rejected_at_once(
     }
     retried = decide_job("scheduled-retry", reply_to=crew.stream)
     crew.broker.lpush(
-        keys.CELERY_QUEUE, json.dumps(_envelope(_body(retried), headers={"eta": soon}))
+        keys.CELERY_QUEUE, json.dumps(raw_envelope(task_body(retried), headers={"eta": soon}))
     )
     crew.broker.lpush(
-        keys.CELERY_QUEUE, json.dumps(_envelope(_body(asked["eta"]), headers={"eta": later}))
+        keys.CELERY_QUEUE, json.dumps(raw_envelope(task_body(asked["eta"]), headers={"eta": later}))
     )
     crew.broker.lpush(
         keys.CELERY_QUEUE,
-        json.dumps(_envelope(_body(asked["expires"]), headers={"expires": gone})),
+        json.dumps(raw_envelope(task_body(asked["expires"]), headers={"expires": gone})),
     )
     good = crew.jobs(2, "around")
     crew.submit(good)
