@@ -12,9 +12,12 @@ from __future__ import annotations
 import time
 
 import pytest
+import redis
 
 from tests.faults.conftest import FleetFactory
-from tests.support.fleet import Fleet, profile
+from tests.faults.test_servers_restart import private_redis  # noqa: F401  (a fixture)
+from tests.support.fleet import Fleet, profile, wait_until
+from tests.support.ownservers import OwnRedis
 
 pytestmark = pytest.mark.faults
 
@@ -51,4 +54,22 @@ def test_single_job_messages_are_reserved_as_before(new_fleet: FleetFactory) -> 
     settings = profile(90, worker_pool="loop", max_in_flight=str(IN_FLIGHT))
     crew = new_fleet("reserve-singles", settings)
     crew.start_worker()
+    assert _reserving(crew, 1, 40) == 2 * IN_FLIGHT
+
+
+def test_the_reserve_is_whole_again_after_the_broker_restarts(
+    private_redis: OwnRedis,  # noqa: F811  (first: the fleet's workers stop before it)
+    new_fleet: FleetFactory,
+) -> None:
+    # Celery sizes the prefetch count anew on a reconnect from the pool's process count;
+    # the loop pool is one process, so one message at a time after any broker blip.
+    r = redis.Redis.from_url(private_redis.url())
+    settings = profile(90, worker_pool="loop", max_in_flight=str(IN_FLIGHT))
+    crew = new_fleet("reserve-restart", settings, broker_url=private_redis.url(), r=r)
+    worker = crew.start_worker()
+    connected = worker.text().count("Connected to redis")
+    private_redis.kill()
+    time.sleep(1)
+    private_redis.start()
+    wait_until(lambda: worker.text().count("Connected to redis") > connected, 60, "reconnect")
     assert _reserving(crew, 1, 40) == 2 * IN_FLIGHT

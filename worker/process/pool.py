@@ -373,4 +373,8 @@ class LoopPool(BasePool):
 
     @property
     def num_processes(self) -> int:
-        return 1
+        """The messages it reserves, as a pool of that many processes would: Celery sizes
+        its prefetch count from this anew on every reconnect (``max_prefetch_count``). It
+        was 1 (one process): after any broker restart the worker took one message at a
+        time, one single job in flight instead of ``DECISIONS_MAX_IN_FLIGHT``."""
+        return int(self.limit)
