@@ -25,7 +25,7 @@ def test_a_message_costs_its_jobs_or_its_bytes() -> None:
 def test_what_a_message_took_comes_back_when_it_is_done() -> None:
     qos, applied = _qos(512)
     prefetch = JobPrefetch()
-    prefetch.attach(qos, 512)
+    prefetch.attach(qos)
     held = [prefetch.take(32) for _ in range(3)]
     assert qos.value == 512 - 3 * 31
     qos.update()
@@ -38,7 +38,7 @@ def test_what_a_message_took_comes_back_when_it_is_done() -> None:
 def test_never_below_one_and_only_what_was_taken_comes_back() -> None:
     qos, _ = _qos(40)
     prefetch = JobPrefetch()
-    prefetch.attach(qos, 40)
+    prefetch.attach(qos)
     first = prefetch.take(32)
     second = prefetch.take(32)  # only 8 slots were left to take, down to one
     assert qos.value == 1 and first[1] == 31 and second[1] == 8
@@ -51,20 +51,28 @@ def test_never_below_one_and_only_what_was_taken_comes_back() -> None:
 def test_single_jobs_take_nothing_from_celerys_own_count() -> None:
     qos, _ = _qos(512)
     prefetch = JobPrefetch()
-    prefetch.attach(qos, 512)
+    prefetch.attach(qos)
     assert prefetch.take(1)[1] == 0 and qos.value == 512
 
 
 def test_a_new_qos_after_a_reconnect_is_never_raised_by_the_old_messages() -> None:
     old, _ = _qos(512)
     prefetch = JobPrefetch()
-    prefetch.attach(old, 512)
+    prefetch.attach(old)
     held = prefetch.take(32)
-    new, _ = _qos(400)  # Celery may start lower after a reconnect, then restore
-    prefetch.attach(new, 400)
+    new, _ = _qos(512)
+    prefetch.attach(new)
     prefetch.give(*held)
-    assert new.value == 400
-    other = prefetch.take(100)
-    new.value = 500  # Celery restored its count meanwhile
-    prefetch.give(*other)
-    assert new.value == 512  # up to the largest configured count, not past it
+    assert new.value == 512
+
+
+def test_retries_waiting_for_their_eta_meanwhile_take_nothing_back() -> None:
+    # Celery raises the count for each message held until its eta, and lowers it after.
+    qos, _ = _qos(512)
+    prefetch = JobPrefetch()
+    prefetch.attach(qos)
+    held = prefetch.take(32)
+    qos.increment_eventually(2)
+    prefetch.give(*held)
+    qos.decrement_eventually(2)
+    assert qos.value == 512

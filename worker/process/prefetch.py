@@ -13,8 +13,10 @@ Celery's prefetch count by its cost less one (the one slot Celery counts itself)
 raises it back when the message is acknowledged or handed back. Celery's QoS object is
 made for this (``increment_eventually``/``decrement_eventually``, applied by the consumer's
 loop: Celery does the same for messages with an ``eta``); the amounts are kept here, under
-a lock, so that what is raised is what was lowered, and never above the configured
-maximum (a reconnect gives Celery a new QoS at its maximum while old messages still run).
+a lock, so that what is raised is exactly what was lowered, on the QoS it was lowered on (a
+reconnect gives Celery a new QoS at its full count while old messages still run: theirs
+are not raised again). Not capped at the configured count: Celery raises it meanwhile for
+each retry waiting for its ``eta`` and lowers it after, and a cap would keep what it took.
 
 The consumer bootstep ``PrefetchStep`` hands the pool the consumer's QoS each time Celery
 makes one (at start and after each reconnect).
@@ -45,13 +47,11 @@ class JobPrefetch:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._qos: Any = None
-        self._ceiling = 0
 
-    def attach(self, qos: Any, ceiling: int) -> None:
-        """Celery's QoS (``consumer.qos``) and the prefetch count it may not exceed (the
-        largest given: after a reconnect Celery may start a new QoS lower for a while)."""
+    def attach(self, qos: Any) -> None:
+        """Celery's QoS (``consumer.qos``), anew after each reconnect."""
         with self._lock:
-            self._qos, self._ceiling = qos, max(self._ceiling, ceiling)
+            self._qos = qos
 
     def take(self, cost: int) -> tuple[Any, int]:
         """Lower the prefetch count for a message of ``cost`` slots; (the QoS, how much it
@@ -67,16 +67,13 @@ class JobPrefetch:
             return qos, max(taken, 0)
 
     def give(self, qos: Any, taken: int) -> None:
-        """Raise the prefetch count back by what ``take`` lowered it (on the QoS it lowered,
-        and never above the maximum)."""
+        """Raise the prefetch count back by what ``take`` lowered it, on the QoS it lowered."""
         if taken <= 0:
             return
         with self._lock:
             if qos is not self._qos or not qos.value:
-                return  # a reconnect made a new QoS, at its maximum already
-            back = min(taken, self._ceiling - qos.value)
-            if back > 0:
-                qos.increment_eventually(back)
+                return  # a reconnect made a new QoS, at its full count already
+            qos.increment_eventually(taken)
 
 
 class PrefetchStep(bootsteps.StartStopStep):
@@ -87,6 +84,4 @@ class PrefetchStep(bootsteps.StartStopStep):
     def start(self, c: Any) -> None:
         prefetch = getattr(c.pool, "prefetch", None)
         if isinstance(prefetch, JobPrefetch) and c.qos is not None:
-            # The configured count (``worker_concurrency`` x multiplier: Celery's own
-            # ``max_prefetch_count`` reads the pool's process count, which is not it here).
-            prefetch.attach(c.qos, c.initial_prefetch_count)
+            prefetch.attach(c.qos)
