@@ -83,6 +83,14 @@ class Settings(BaseSettings, MaskedRepr):
     max_transport_attempts: int = Field(
         3, ge=1, le=10, description="sends of a provably unsent request"
     )
+    # Decision responses are kilobytes (a 10,000-item sift's answers about one MiB); 256
+    # requests in flight at this cap are 4 GiB at worst, against unbounded without one.
+    max_response_bytes: int = Field(
+        16 * 2**20,
+        gt=0,
+        description="a provider's response body in bytes, decompressed: a longer one is not"
+        " read, and the call is booked invalid_response (processed, never sent again)",
+    )
     faux_url: OptionalUrl = Field(
         None,
         description="base URL of a `decisions faux serve`, the fake provider (unset: no `faux`"

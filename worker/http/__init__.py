@@ -2,5 +2,7 @@
 
 __all__ = [
     "aio_network",
+    "body",
     "connection_pool",
+    "cookies",
 ]

@@ -30,6 +30,7 @@ import httpcore
 import httpx
 
 from worker.http.aio_network import AsyncioBackend
+from worker.http.cookies import DiscardingJar
 
 __all__ = ["ShardedTransport", "drop_read_stream", "sharded_client"]
 
@@ -244,9 +245,12 @@ class ShardedTransport(httpx.AsyncBaseTransport):
 
 
 def sharded_client(*, max_connections: int, timeout: float) -> httpx.AsyncClient:
-    """The worker process's one client: ``max_connections`` per provider host."""
+    """The worker process's one client: ``max_connections`` per provider host, and no
+    cookies kept between requests (``worker.http.cookies``)."""
     return httpx.AsyncClient(
-        transport=ShardedTransport(max_connections=max_connections), timeout=timeout
+        transport=ShardedTransport(max_connections=max_connections),
+        timeout=timeout,
+        cookies=DiscardingJar(),
     )
 
 

@@ -20,6 +20,7 @@ from typing import Any, Final
 import httpx
 
 from shared.errors import DecisionProviderError
+from worker.http.body import read_body
 
 __all__ = ["CATALOG_PATH", "CATALOG_TIMEOUT_S", "ModelCatalog"]
 
@@ -44,8 +45,11 @@ class ModelCatalog:
         provider: str,
         timeout_s: float = CATALOG_TIMEOUT_S,
         ttl_s: float = 3600.0,
+        max_bytes: int = 16 * 2**20,
     ) -> None:
         self._http = http
+        #: The longest catalog read (``DECISIONS_MAX_RESPONSE_BYTES``, as for a decision).
+        self.max_bytes = max_bytes
         self.url = url
         self.provider = provider
         self.timeout_s = timeout_s
@@ -113,7 +117,11 @@ class ModelCatalog:
     async def _read(self) -> dict[str, frozenset[str]]:
         try:
             async with asyncio.timeout(self.timeout_s):
-                response = await self._http.get(self.url, timeout=httpx.Timeout(self.timeout_s))
+                request = self._http.build_request(
+                    "GET", self.url, timeout=httpx.Timeout(self.timeout_s)
+                )
+                response = await self._http.send(request, stream=True)
+                body = await read_body(response, self.max_bytes)
         except TimeoutError:
             raise _ReadFailed("timed out") from None
         except httpx.HTTPError as exc:
@@ -122,7 +130,7 @@ class ModelCatalog:
         if response.status_code != 200:
             raise _ReadFailed(f"status {response.status_code}")
         try:
-            return _parse(json.loads(response.content))
+            return _parse(json.loads(body))
         except (ValueError, TypeError, KeyError, AttributeError):
             raise _ReadFailed("not a catalog") from None
 

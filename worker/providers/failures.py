@@ -18,6 +18,7 @@ from typing import Any, Final, Literal
 import httpx
 
 from shared.errors import ProviderErrorCode
+from worker.http.body import ResponseTooLarge
 
 __all__ = ["AGAIN", "FAILURES", "NEVER_SENT", "Failure", "Phase", "Rule", "failure_of"]
 
@@ -101,6 +102,10 @@ FAILURES: Final[tuple[Rule, ...]] = (
          "{reason} ended the request in flight ({name})", with_cost=True),
     Rule((httpx.UnsupportedProtocol, httpx.InvalidURL), _ANY, _ANY, "configuration",
          "bad provider URL ({name}); nothing was sent"),
+    # The provider answered with more than the worker reads: processed, so never again.
+    Rule((ResponseTooLarge,), _ANY, _ANY, "invalid_response",
+         "the response was not read: its body is over DECISIONS_MAX_RESPONSE_BYTES",
+         with_cost=True),
     Rule((httpx.DecodingError,), _ANY, _ANY, "invalid_response",
          "the response could not be decoded ({name})", with_cost=True),
     # WriteError, ReadError, RemoteProtocolError, and anything unforeseen: the request may

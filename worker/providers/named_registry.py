@@ -19,6 +19,7 @@ import httpx
 from shared.errors import ConfigurationError
 from shared.settings import Settings
 from worker import fakes
+from worker.http.cookies import DiscardingJar
 from worker.providers.limiter import Limiter
 from worker.providers.outbound import TransportPolicy
 
@@ -66,17 +67,15 @@ class NamedRegistry(Generic[T]):
     ) -> Self:
         owned: list[httpx.AsyncClient] = []
         if http is None:
-            http = httpx.AsyncClient()
+            http = httpx.AsyncClient(cookies=DiscardingJar())
             owned.append(http)
-        policy = TransportPolicy(
-            timeout_s=settings.provider_timeout_s, max_attempts=settings.max_transport_attempts
-        )
+        policy = TransportPolicy.from_settings(settings)
         faux_http: httpx.AsyncClient | None = None
         if settings.faux_url and faux_transport is None:
             faux_http = http
         elif faux_transport is not None or settings.faux_in_process:
             transport = faux_transport or fakes.faux_transport(settings)
-            faux_http = httpx.AsyncClient(transport=transport)
+            faux_http = httpx.AsyncClient(transport=transport, cookies=DiscardingJar())
             owned.append(faux_http)
         entries = cls.entries(settings, policy, limiter)
         items: dict[str, T] = {}

@@ -102,6 +102,7 @@ def observe(
     request_body: bytes | None,
     request_headers: Mapping[str, str],
     response: httpx.Response,
+    body: bytes,
     *,
     key: str | None,
     auth_header: str | None,
@@ -116,7 +117,7 @@ def observe(
         return
     observed = ObservedResponse(
         provider, method, url, request_body, request_headers, response.status_code,
-        response.headers, response.content, key, auth_header,
+        response.headers, body, key, auth_header,
     )
     for observer in observers:
         try:

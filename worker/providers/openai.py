@@ -175,10 +175,7 @@ class OpenAIDecisionsProvider(HttpDecisionProvider):
             base_url=settings.openai_base_url,
             default_model=settings.openai_default_model,
             price_per_mtok_usd=settings.openai_price_per_mtok_usd,
-            policy=TransportPolicy(
-                timeout_s=settings.provider_timeout_s,
-                max_attempts=settings.max_transport_attempts,
-            ),
+            policy=TransportPolicy.from_settings(settings),
             limiter=limiter,
         )
 

@@ -20,6 +20,7 @@ import httpx
 
 from shared.errors import DecisionProviderError
 from shared.replies import CostBasis
+from shared.settings import Settings
 
 __all__ = [
     "AuthSpec",
@@ -56,6 +57,17 @@ class TransportPolicy:
     max_attempts: int = 3
     backoff_base_s: float = 0.2
     backoff_max_s: float = 2.0
+    #: Longest response body read, decompressed (``DECISIONS_MAX_RESPONSE_BYTES``).
+    max_response_bytes: int = 16 * 2**20
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> TransportPolicy:
+        """The policy the settings give every provider and runtime."""
+        return cls(
+            timeout_s=settings.provider_timeout_s,
+            max_attempts=settings.max_transport_attempts,
+            max_response_bytes=settings.max_response_bytes,
+        )
 
     def backoff_s(self, attempt: int) -> float:
         """Wait after the ``attempt``-th never-sent failure: exponential, half jittered."""

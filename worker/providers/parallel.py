@@ -138,10 +138,7 @@ class ParallelProvider(HttpDecisionProvider):
             base_url=settings.parallel_base_url,
             modes=tuple(settings.parallel_modes),
             list_price_usd=settings.parallel_list_price_usd,
-            policy=TransportPolicy(
-                timeout_s=settings.provider_timeout_s,
-                max_attempts=settings.max_transport_attempts,
-            ),
+            policy=TransportPolicy.from_settings(settings),
             limiter=limiter,
         )
 

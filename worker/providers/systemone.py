@@ -192,7 +192,8 @@ class SystemOneProvider(HttpDecisionProvider):
         self.catalog = catalog
         if catalog is None and config.images and config.catalog_path:
             self.catalog = ModelCatalog(
-                http, config.base_url.rstrip("/") + config.catalog_path, provider=config.name
+                http, config.base_url.rstrip("/") + config.catalog_path, provider=config.name,
+                max_bytes=self.policy.max_response_bytes,
             )
 
     def models(self) -> tuple[str, ...]:

@@ -30,6 +30,8 @@ other 4xx (400, 413, 422, ...)                   ``invalid_request``  refused by
 301/302/307/308                                  ``configuration``    not processed (wrong
                                                                        base URL)
 the host's cancel with nothing in flight         ``aborted``          no
+a body over ``DECISIONS_MAX_RESPONSE_BYTES``     ``invalid_response`` yes: processed, never
+(decompressed; ``worker.http.body``)                                  re-sent
 ==============================================  ===================  =======================
 
 Cancellation. An ``asyncio.CancelledError`` from outside is *converted*: to ``aborted`` when
@@ -66,6 +68,7 @@ import httpx
 
 from shared.errors import DecisionProviderError, ProviderErrorCode
 from shared.scrub import remove_secrets
+from worker.http.body import read_body
 from worker.http.connection_pool import drop_read_stream
 from worker.providers.failures import AGAIN, Phase, failure_of
 from worker.providers.limiter import Limiter, NoLimiter
@@ -218,7 +221,10 @@ class _Call:
                 # bound (a hair longer, so httpx's own answer wins a tie) caps the attempt's
                 # total when several phases each take part of it.
                 async with asyncio.timeout(budget + _OUTER_GRACE_S):
-                    response = await self.client.send(self._build(budget, phase))
+                    response = await self.client.send(self._build(budget, phase), stream=True)
+                    # Read here, under the cap (``worker.http.body``): a body's failure is
+                    # classified as the send's, after the request left.
+                    body = await read_body(response, self.policy.max_response_bytes)
                 drop_read_stream(response)  # httpx's reference cycle (its docstring)
             finally:
                 await self.limiter.release(token)
@@ -236,10 +242,10 @@ class _Call:
         # Every response that arrived, before classifying it: a recording keeps failures too.
         observe(
             self.provider, self.request.method, self.request.url, self.request.body,
-            self.request.headers, response,
+            self.request.headers, response, body,
             key=self.key, auth_header=self.auth.header if self.auth else None,
         )
-        return await self._classify(response)
+        return await self._classify(response, body)
 
     def _build(self, budget: float, phase: Phase) -> httpx.Request:
         headers = dict(self.request.headers)
@@ -292,15 +298,14 @@ class _Call:
         )
         await self._wait(wait)
 
-    async def _classify(self, response: httpx.Response) -> TransportResponse | None:
+    async def _classify(self, response: httpx.Response, body: bytes) -> TransportResponse | None:
         status = response.status_code
-        body = response.content
         if 200 <= status < 300:
             return TransportResponse(
                 status, response.headers, body, self.attempts, time.monotonic() - self.started
             )
         if status == 429:
-            await self._rate_limited(response)
+            await self._rate_limited(response, body)
             return None
         if status == 408 or status >= 500:
             raise self.error(
@@ -312,7 +317,7 @@ class _Call:
         miss = replay_miss(response.headers, self.key)
         if miss is not None:
             raise self.error("invalid_request", miss, status_code=status)
-        details = self._details(response)
+        details = self._details(response, body)
         if status in (401, 403):
             raise self.error(
                 "auth", f"status {status}: the key was refused", status_code=status,
@@ -334,32 +339,32 @@ class _Call:
             "outcome_unknown", f"unexpected status {status}", status_code=status, with_cost=True
         )
 
-    def _details(self, response: httpx.Response) -> ErrorDetails | None:
+    def _details(self, response: httpx.Response, body: bytes) -> ErrorDetails | None:
         if self.error_details is None:
             return None
         try:
-            return self.error_details(response.status_code, response.headers, response.content)
+            return self.error_details(response.status_code, response.headers, body)
         except Exception:
             return None
 
-    async def _rate_limited(self, response: httpx.Response) -> None:
+    async def _rate_limited(self, response: httpx.Response, body: bytes) -> None:
         retry_after = parse_retry_after(response.headers.get("retry-after"))
         if retry_after is not None:
             await self.limiter.note_retry_after(self.provider, retry_after)
         if retry_after is None:
             raise self.error(
                 "rate_limited", "status 429 without Retry-After", status_code=429,
-                details=self._details(response),
+                details=self._details(response, body),
             )
         if self.attempts >= self.policy.max_attempts:
             raise self.error(
                 "rate_limited", "status 429 and the attempts are spent", status_code=429,
-                retry_after_s=retry_after, details=self._details(response),
+                retry_after_s=retry_after, details=self._details(response, body),
             )
         if retry_after >= self.remaining():
             raise self.error(
                 "rate_limited", "status 429; Retry-After ends past the deadline",
-                status_code=429, retry_after_s=retry_after, details=self._details(response),
+                status_code=429, retry_after_s=retry_after, details=self._details(response, body),
             )
         logger.info(
             "provider %s: attempt %d got 429; again in %.2fs (Retry-After)",

@@ -1,0 +1,128 @@
+"""A response body read under a cap: what a provider sends back cannot exhaust the worker.
+
+httpx reads a whole body into memory (``client.send`` without ``stream``), decompressing it
+as it goes, whatever its size. A provider, or a proxy in front of one, that answers a paid
+request with gigabytes, or with a few hundred kilobytes of gzip that inflate to gigabytes,
+would take the worker's memory with it, and every job in flight on that process.
+``read_body`` reads the raw stream that ``send(..., stream=True)`` returned and stops at
+``limit`` bytes *after* decompression, the size that lands in memory. It inflates with
+``zlib`` itself, asking each step for no more than the room left (``max_length``): httpx's
+own decoders inflate a whole network read at once, about 64 KiB of gzip that can become
+64 MiB before anything could count it. It decodes what httpx does (``gzip`` and
+``deflate``, the encodings httpx asks for; an unknown one is passed through as httpx passes
+it), with httpx's ``deflate`` leniency (zlib-wrapped or raw).
+
+Refused, the body is not read further and the connection is closed, not reused: the rest of
+that response would otherwise be read as the next one's start. ``ResponseTooLarge`` is an
+``httpx.DecodingError`` (the response arrived and could not be turned into a usable body),
+so callers that classify httpx's errors see it on the "answered, unusable" side, never on
+the "never sent" side: the request was processed and is not sent again.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import httpx
+
+__all__ = ["ResponseTooLarge", "read_body"]
+
+
+class ResponseTooLarge(httpx.DecodingError):
+    """A response body over the limit (its text names the limit, never the body)."""
+
+
+class _Inflate:
+    """One content coding undone a piece at a time, never past ``limit`` bytes out."""
+
+    def __init__(self, coding: str, limit: int) -> None:
+        self.coding = coding
+        self.limit = limit
+        self.size = 0
+        self._first = True
+        wbits = zlib.MAX_WBITS | 16 if coding in ("gzip", "x-gzip") else zlib.MAX_WBITS
+        self._inflater = zlib.decompressobj(wbits)
+
+    def feed(self, data: bytes) -> bytes:
+        room = self.limit - self.size + 1  # one byte past the limit proves it is over
+        try:
+            out = self._inflater.decompress(data, room)
+        except zlib.error:
+            if not (self._first and self.coding == "deflate"):
+                raise httpx.DecodingError(f"the {self.coding} body is corrupt") from None
+            # httpx's leniency: "deflate" sent raw, without zlib's wrapper.
+            self._inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+            return self.feed(data)
+        finally:
+            self._first = False
+        self.size += len(out)
+        return out
+
+    def end(self) -> bytes:
+        out = self._inflater.flush()
+        self.size += len(out)
+        return out
+
+
+def _codings(response: httpx.Response) -> list[str]:
+    """The response's content codings to undo, last applied first (as httpx undoes them)."""
+    values = response.headers.get_list("content-encoding", split_commas=True)
+    known = [v.strip().lower() for v in values]
+    return [c for c in reversed(known) if c in ("gzip", "x-gzip", "deflate")]
+
+
+async def read_body(response: httpx.Response, limit: int) -> bytes:
+    """The decoded body of a streamed ``response``, at most ``limit`` bytes; the response is
+    closed either way. Raises ``ResponseTooLarge`` past the limit, ``httpx.DecodingError``
+    for a body its content coding cannot undo."""
+    try:
+        if response.is_stream_consumed:
+            # A transport that built its response from bytes (an in-process fake, a mock):
+            # httpx decoded them already, and they are in memory whatever is decided here.
+            if len(response.content) > limit:
+                raise ResponseTooLarge(_too_large(limit), request=response.request)
+            return response.content
+        stages = [_Inflate(coding, limit) for coding in _codings(response)]
+        declared = response.headers.get("content-length", "")
+        # Only an uncompressed body's length is its size in memory; a compressed one is
+        # counted as it inflates.
+        if not stages and declared.isdigit() and int(declared) > limit:
+            raise ResponseTooLarge(_too_large(limit), request=response.request)
+        parts: list[bytes] = []
+        size = 0
+        async for raw in response.aiter_raw():
+            size += _add(parts, _through(stages, raw), limit, size)
+        size += _add(parts, _ended(stages), limit, size)
+        return b"".join(parts)
+    finally:
+        await response.aclose()
+
+
+def _through(stages: list[_Inflate], data: bytes) -> bytes:
+    for stage in stages:
+        data = stage.feed(data)
+        if stage.size > stage.limit:
+            raise ResponseTooLarge(_too_large(stage.limit))
+    return data
+
+
+def _ended(stages: list[_Inflate]) -> bytes:
+    """What the stages still hold once the raw stream ended, through the later stages."""
+    tail = b""
+    for stage in stages:
+        tail = stage.feed(tail) + stage.end()
+        if stage.size > stage.limit:
+            raise ResponseTooLarge(_too_large(stage.limit))
+    return tail
+
+
+def _add(parts: list[bytes], data: bytes, limit: int, size: int) -> int:
+    if size + len(data) > limit:
+        raise ResponseTooLarge(_too_large(limit))
+    if data:
+        parts.append(data)
+    return len(data)
+
+
+def _too_large(limit: int) -> str:
+    return f"the response body is over {limit:,} bytes (DECISIONS_MAX_RESPONSE_BYTES)"
