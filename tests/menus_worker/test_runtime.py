@@ -140,6 +140,9 @@ async def test_tool_calls_refusals_truncation_and_content_parts_are_decoded() ->
         ([Reply(status=429)], "rate_limited", "not_sent", 1),
         ([Reply(body=b"{not json")], "invalid_response", "failed", 1),
         ([Reply(body={"choices": []})], "invalid_response", "failed", 1),
+        # Valid JSON deeper than Python's parser goes: 200 KB, answered, so never again.
+        ([Reply(body=b"[" * 100_000 + b"]" * 100_000)], "invalid_response", "failed", 1),
+        ([Reply(body=b"x" * (POLICY.max_response_bytes + 1))], "invalid_response", "failed", 1),
         ([Reply(status=308, headers={"Location": "/elsewhere"})], "configuration", "not_sent", 1),
     ],
 )

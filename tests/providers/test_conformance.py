@@ -342,7 +342,7 @@ async def test_429_retry_after_past_the_deadline_is_rate_limited_at_once(case: C
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-@pytest.mark.parametrize("mode", ["garbage", "bad_probabilities"])
+@pytest.mark.parametrize("mode", ["garbage", "deep_json", "bad_probabilities"])
 async def test_invalid_responses(case: Case, mode: str) -> None:
     rig = Rig.build(case, FauxBehaviour(mode=mode))
     try:

@@ -90,7 +90,7 @@ def register(app: typer.Typer) -> None:
             "ok",
             "--mode",
             help="ok, refuse, rate_limit, status, drop_before_read, "
-            "drop_after_read, reset_after_read, garbage, bad_probabilities",
+            "drop_after_read, reset_after_read, garbage, deep_json, bad_probabilities",
         ),
         status_code: int | None = typer.Option(None, "--status-code", help="with --mode status"),
         retry_after: float | None = typer.Option(

@@ -250,7 +250,8 @@ class HttpDecisionProvider:
             if tracing.enabled():
                 tracing.annotate(**{"gen_ai.usage.input_tokens": tracing.input_tokens(body)})
             answers = self._answers(prepared, body)
-        except (ValueError, DecisionProviderError) as exc:
+        # RecursionError: JSON nested deeper than the parser goes (a 200 KB body can be).
+        except (ValueError, RecursionError, DecisionProviderError) as exc:
             raise self._invalid_response(
                 prepared, step, response, body, exc, clock
             ) from None
@@ -279,6 +280,8 @@ class HttpDecisionProvider:
     ) -> DecisionProviderError:
         if isinstance(cause, DecisionProviderError):
             message = cause.detail
+        elif isinstance(cause, RecursionError):
+            message = "the response body is JSON nested too deep to read"
         else:
             message = "the response body is not JSON"
         # The request was answered, so it was paid: book what the body says, or the rule for

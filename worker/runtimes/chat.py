@@ -260,8 +260,12 @@ class ChatRuntime:
         try:
             body = json.loads(response.body)
             reply = decode_reply(body)
-        except (ValueError, ResponseInvalid) as exc:
-            message = str(exc) if isinstance(exc, ResponseInvalid) else "the body is not JSON"
+        # RecursionError: JSON nested deeper than the parser goes (a 200 KB body can be).
+        except (ValueError, RecursionError, ResponseInvalid) as exc:
+            if isinstance(exc, RecursionError):
+                message = "the body is JSON nested too deep to read"
+            else:
+                message = str(exc) if isinstance(exc, ResponseInvalid) else "the body is not JSON"
             cost = reported_cost(body)
             error = DecisionProviderError(
                 "invalid_response", message, provider=self.name,

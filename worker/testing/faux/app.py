@@ -66,6 +66,8 @@ __all__ = ["FauxProvider"]
 
 #: ``garbage``: a 200 that claims JSON and is not (a truncated body, as a cut proxy gives).
 GARBAGE_BODY: Final = b'{"answers": {"q": <faux garbage'
+#: ``deep_json``: a 200 of valid JSON nested deeper than Python's parser can go (200 KB).
+DEEP_JSON_BODY: Final = b'{"answers": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
 
 _INTERNAL_ERROR_HEADER: Final = "x-faux-internal-error"
 
@@ -327,8 +329,9 @@ class FauxProvider(FauxControl):
             if behaviour.retry_after_s is not None:
                 extra["retry-after"] = retry_after(behaviour.retry_after_s)
             return error(429 if mode == "rate_limit" else behaviour.status)
-        if mode == "garbage":
-            return FauxResponse(200, {"content-type": "application/json", **extra}, GARBAGE_BODY)
+        if mode in ("garbage", "deep_json"):
+            bad = GARBAGE_BODY if mode == "garbage" else DEEP_JSON_BODY
+            return FauxResponse(200, {"content-type": "application/json", **extra}, bad)
 
         invalid_status = 422 if flavour == "typesafe" else 400
         if parsed is NO_JSON:

@@ -25,6 +25,7 @@ FauxMode = Literal[
     "drop_after_read",
     "reset_after_read",
     "garbage",
+    "deep_json",
     "bad_probabilities",
 ]
 
@@ -42,7 +43,8 @@ class FauxBehaviour(BaseModel):
       ``rate_limit`` (429, with ``Retry-After: retry_after_s`` when set); ``status``
       (``status_code`` in the flavour's error envelope; ``Retry-After`` too when set);
       ``drop_before_read`` / ``drop_after_read`` (close, never answer); ``reset_after_read``
-      (RST); ``garbage`` (200, not JSON); ``bad_probabilities`` (200, sums of 0.7).
+      (RST); ``garbage`` (200, not JSON); ``deep_json`` (200, JSON nested 100,000 levels
+      deep: deeper than Python's parser can go); ``bad_probabilities`` (200, sums of 0.7).
     - ``fail_first``: apply ``mode`` to the first N requests only, then answer ``ok``.
     """
 

@@ -53,6 +53,7 @@ CHAT_PATHS: Final = frozenset({PATH_CHAT, PATH_OPENROUTER_CHAT})
 PRICE_IN_PER_MTOK: Final = 0.15
 PRICE_OUT_PER_MTOK: Final = 0.60
 _GARBAGE: Final = b'{"choices": [{"message": <faux garbage'
+_DEEP_JSON: Final = b'{"choices": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
 _ROLES: Final = frozenset({"system", "user", "assistant", "tool", "developer"})
 
 
@@ -167,8 +168,9 @@ class FauxChat:
             return error(401)
         if mode in ("rate_limit", "status"):
             return error(429 if mode == "rate_limit" else status)
-        if mode == "garbage":
-            return FauxResponse(200, {"content-type": "application/json"}, _GARBAGE)
+        if mode in ("garbage", "deep_json"):
+            bad = _GARBAGE if mode == "garbage" else _DEEP_JSON
+            return FauxResponse(200, {"content-type": "application/json"}, bad)
         if parsed is None:
             return error(400, "body is not JSON")
         try:
