@@ -115,9 +115,12 @@ async def test_encoded_bodies_under_the_limit_are_decoded(coding: str, encode: o
         assert await _send(client, server.url) == body
 
 
-async def test_a_corrupt_gzip_body_is_invalid_response() -> None:
-    error, server = await _refused(Reply(headers={"Content-Encoding": "gzip"}, body=b"\x1f\x8bnot"))
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+async def test_a_corrupt_body_is_invalid_response(coding: str) -> None:
+    reply = Reply(headers={"Content-Encoding": coding}, body=b"\x1f\x8bnot compressed")
+    error, server = await _refused(reply)
     assert error.code == "invalid_response" and server.requests == 1
+    assert "could not be decoded" in str(error)
 
 
 async def test_the_connection_of_a_refused_body_is_not_reused() -> None:

@@ -45,16 +45,15 @@ class _Inflate:
 
     def feed(self, data: bytes) -> bytes:
         room = self.limit - self.size + 1  # one byte past the limit proves it is over
+        first, self._first = self._first, False
         try:
             out = self._inflater.decompress(data, room)
         except zlib.error:
-            if not (self._first and self.coding == "deflate"):
+            if not (first and self.coding == "deflate"):
                 raise httpx.DecodingError(f"the {self.coding} body is corrupt") from None
-            # httpx's leniency: "deflate" sent raw, without zlib's wrapper.
+            # httpx's leniency: "deflate" sent raw, without zlib's wrapper (tried once).
             self._inflater = zlib.decompressobj(-zlib.MAX_WBITS)
             return self.feed(data)
-        finally:
-            self._first = False
         self.size += len(out)
         return out
 
