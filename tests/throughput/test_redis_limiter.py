@@ -13,7 +13,7 @@ from shared import keys
 from shared.setting_types import ProviderLimit
 from tests.support.services import redis_database, redis_url
 from tests.throughput.support import REDIS_DB
-from worker.providers.redis_limiter import RedisLimiter, SlotToken
+from worker.providers.redis_limiter import MAX_PAUSE_S, RedisLimiter, SlotToken
 
 pytestmark = pytest.mark.integration
 
@@ -117,6 +117,41 @@ def test_retry_after_pauses_the_fleet_and_the_wait_is_reported(db: redis.Redis) 
     waited = asyncio.run(scenario())
     assert waited >= 0.4
     assert len(seen) == 1 and seen[0][0] == "p" and seen[0][1] >= 0.4
+
+
+def test_a_retry_after_of_years_pauses_the_fleet_an_hour_at_most(db: redis.Redis) -> None:
+    async def scenario() -> None:
+        a = limiter(max_in_flight=10)
+        await a.note_retry_after("p", 250_000_000_000.0)  # "Fri, 31 Dec 9999 23:59:59 GMT"
+        await a.aclose()
+
+    asyncio.run(scenario())
+    assert 0 < db.pttl(keys.rate_pause("p")) <= (MAX_PAUSE_S + 1) * 1000
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        (keys.rate_pause("p"), "not a number"),
+        (keys.rate_pause("p"), str(10**15)),  # a pause no release sets (garbage, hand-set)
+        (keys.rate_window("p"), "not a number"),
+        (keys.rate_inflight("p"), "a string, not a sorted set"),
+    ],
+)
+def test_a_limiter_key_holding_garbage_is_overwritten_not_obeyed(
+    db: redis.Redis, key: str, value: str
+) -> None:
+    db.set(key, value)  # no TTL: nothing would ever clear it
+
+    async def scenario() -> None:
+        lim = limiter(max_in_flight=2, per_second=50)
+        async with asyncio.timeout(5):
+            for _ in range(3):
+                await lim.release(await lim.acquire("p"))
+        await lim.aclose()
+
+    asyncio.run(scenario())
+    assert db.zcard(keys.rate_inflight("p")) == 0
 
 
 def test_a_provider_without_limits_never_asks_redis() -> None:

@@ -44,7 +44,7 @@ from shared import keys
 from shared.setting_types import ProviderLimit
 from shared.settings import Settings
 
-__all__ = ["LimiterStats", "RedisLimiter", "SlotToken", "WaitCallback"]
+__all__ = ["MAX_PAUSE_S", "LimiterStats", "RedisLimiter", "SlotToken", "WaitCallback"]
 
 log = logging.getLogger(__name__)
 
@@ -52,18 +52,26 @@ log = logging.getLogger(__name__)
 WaitCallback = Callable[[str, float], None]
 
 #: Returns 0 (slot taken), -1 (every slot held: wait for a release) or ms to wait.
+#: A key that does not hold what this script writes (garbage, another type, a pause longer
+#: than any this release sets) is read as absent and overwritten: left alone, it made the
+#: script fail, or wait, on every attempt of every worker until someone deleted it.
 _ACQUIRE: Final = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local pause = tonumber(redis.call('GET', KEYS[3]) or '0')
-if pause > now then
+local pause = tonumber(redis.pcall('GET', KEYS[3])) or 0
+if pause > now + tonumber(ARGV[6]) then
+  redis.call('DEL', KEYS[3])
+elseif pause > now then
   return pause - now
 end
 local max_in_flight = tonumber(ARGV[2])
 local per_second = tonumber(ARGV[3])
 local ttl = tonumber(ARGV[4])
 if max_in_flight > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  local dropped = redis.pcall('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  if type(dropped) == 'table' and dropped.err then
+    redis.call('DEL', KEYS[1])
+  end
   if redis.call('ZCARD', KEYS[1]) >= max_in_flight then
     return -1
   end
@@ -72,7 +80,7 @@ if per_second > 0 then
   -- GCRA: sends spaced 1/per_second apart, with a burst of BURST_S worth.
   local interval = 1000 / per_second
   local tolerance = math.max(0, per_second * tonumber(ARGV[5]) - 1) * interval
-  local tat = math.max(tonumber(redis.call('GET', KEYS[2]) or '0'), now)
+  local tat = math.max(tonumber(redis.pcall('GET', KEYS[2])) or 0, now)
   if tat - now > tolerance then
     return math.max(1, math.ceil(tat - tolerance - now))
   end
@@ -91,7 +99,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ms = tonumber(ARGV[1])
 local until_ms = now + ms
-local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+local current = tonumber(redis.pcall('GET', KEYS[1])) or 0
 if until_ms > current then
   redis.call('SET', KEYS[1], until_ms, 'PX', ms + 1000)
   return until_ms
@@ -105,6 +113,10 @@ BURST_S: Final = 0.1
 SLOT_POLL_S: Final = 0.02
 #: How long to wait before asking again after Redis failed.
 REDIS_RETRY_S: Final = 0.5
+#: The longest fleet-wide pause one 429 sets. A Retry-After of days (a quota's reset, or a
+#: date in year 9999 from a broken server) would otherwise stop every worker's sends to the
+#: provider that long; capped, the fleet asks again after an hour and pauses again if told.
+MAX_PAUSE_S: Final = 3600.0
 _MAX_CONNECTIONS: Final = 32
 
 
@@ -217,7 +229,8 @@ class RedisLimiter:
         try:
             self._redis()
             await self._pause_script(
-                keys=[keys.rate_pause(provider)], args=[max(1, int(seconds * 1000))]
+                keys=[keys.rate_pause(provider)],
+                args=[max(1, int(min(seconds, MAX_PAUSE_S) * 1000))],
             )
         except RedisError as exc:
             log.warning("limiter: could not share a Retry-After for %s: %s", provider, exc)
@@ -243,6 +256,7 @@ class RedisLimiter:
                     limit.per_second or 0,
                     self._ttl_ms,
                     BURST_S,
+                    int(MAX_PAUSE_S * 1000),
                 ],
             )
         except RedisError as exc:
