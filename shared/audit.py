@@ -121,4 +121,5 @@ def _answer_text(answer: Any) -> str:
 
 
 def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    # Replaced, not raised: one entry of stray bytes must not hide the batch's others.
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)

@@ -19,6 +19,7 @@ the jobs queued before it; the others' records are withdrawn, so no reaper runs 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -26,6 +27,7 @@ from typing import Any
 
 import redis
 from celery import Celery
+from pydantic import ValidationError
 
 from shared import keys, tracing
 from shared.celery_producer import producer_app
@@ -72,6 +74,8 @@ class SubmitReport:
 #: The producer's trace: its service name and the span every submitted message continues.
 PRODUCER_SERVICE = "decision-producer"
 SUBMIT_SPAN = "decisions.submit"
+
+log = logging.getLogger(__name__)
 
 
 class Client:
@@ -346,7 +350,12 @@ class Client:
     def stored_estimate(self, batch: str) -> Estimate | None:
         """The estimate stored for ``batch`` (None if none was)."""
         raw = self.redis.get(keys.batch_estimate(batch))
-        return None if raw is None else Estimate.from_json(raw)
+        try:
+            return None if raw is None else Estimate.from_json(raw)
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            # Not one this release wrote (an older shape, a hand edit): as if none was stored.
+            log.warning("the stored estimate of batch %r cannot be read; ignored", batch[:80])
+            return None
 
     def _publish_rejection(self, raw: Any, exc: JobInvalid, reply_to: str | None) -> None:
         if reply_to is not None and isinstance(raw, dict):
@@ -403,9 +412,14 @@ class Client:
                 continue
             if wanted is not None and entry.job_id not in wanted:
                 continue
+            try:  # before the job counts as answered: its real reply may follow
+                reply = parse_reply(entry.message)
+            except (ValueError, ValidationError):  # the stream is anyone's to write
+                log.warning("skipped reply entry %s of %s: not a reply", entry.entry_id, stream)
+                continue
             seen.add(key)
             if is_terminal:
                 done.add(entry.job_id)
-            yield parse_reply(entry.message)
+            yield reply
             if wanted is not None and wanted <= done:
                 return

@@ -13,7 +13,7 @@ import json
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 __all__ = [
     "TERMINAL_TYPES",
@@ -204,6 +204,14 @@ class _Message(BaseModel):
     receipts: list[Receipt] = Field(default_factory=list)
     created_at: datetime = Field(default_factory=_now)
 
+    @field_validator("created_at")
+    @classmethod
+    def _utc_when_naive(cls, value: datetime) -> datetime:
+        # This worker writes UTC with its offset; a naive time (another writer, a hand-made
+        # entry) is read as UTC, so every message's age can be taken (a naive time cannot
+        # be subtracted from an aware one: one such entry made the console's list a 500).
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
     def to_json(self) -> str:
         return self.model_dump_json()
 
@@ -258,6 +266,13 @@ TERMINAL_TYPES = frozenset({"result", "escalation", "rejected"})
 
 
 def parse_reply(raw: str | bytes | dict[str, Any]) -> Reply:
+    """A reply message from its JSON or dict: ``ValueError`` if the text is not JSON (nested
+    too deep to read included), ``pydantic.ValidationError`` if it is not a reply."""
     if isinstance(raw, str | bytes):
-        raw = json.loads(raw)
+        try:
+            raw = json.loads(raw)
+        except RecursionError:
+            # A stream entry is anyone's to write: a 200 KB "[[[[..." must be one unreadable
+            # entry to its readers, as any other non-JSON is, not an error that stops them.
+            raise ValueError("JSON nested too deep to read") from None
     return _REPLY_ADAPTER.validate_python(raw)

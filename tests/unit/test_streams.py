@@ -87,6 +87,37 @@ def test_client_replies_drop_a_duplicate_and_stop_when_all_replied(r: fakeredis.
     assert [reply.job_id for reply in client.replies("dup")] == ["a", "b"]
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        '{"job_id": "b", "type": "result", "a_newer_field": 1}',
+        "[" * 100_000 + "]" * 100_000,
+        "{not json",
+    ],
+)
+def test_client_replies_skip_an_entry_that_is_not_a_reply_and_keep_the_job_s_real_one(
+    r: fakeredis.FakeRedis, caplog: pytest.LogCaptureFixture, bad: str
+) -> None:
+    stream = keys.reply_stream("mixed")
+    r.xadd(stream, {"job_id": "a", "type": "result", "message": result("a")})
+    r.xadd(stream, {"job_id": "b", "type": "result", "message": bad})
+    r.xadd(stream, {"job_id": "c", "type": "result", "message": result("c")})
+    r.xadd(stream, {"job_id": "b", "type": "result", "message": result("b")})
+    client = Client(Settings(), redis_client=r)
+    with caplog.at_level(logging.WARNING):
+        got = [reply.job_id for reply in client.replies("mixed", job_ids=["a", "b", "c"])]
+    assert got == ["a", "c", "b"]
+    assert "skipped reply entry" in caplog.text and "not a reply" in caplog.text
+    assert [reply.job_id for reply in client.replies("mixed")] == ["a", "c", "b"]
+
+
+def test_a_stored_estimate_of_another_shape_is_no_estimate(r: fakeredis.FakeRedis) -> None:
+    r.set(keys.batch_estimate("b1"), '{"batch": "b1"}')
+    r.set(keys.batch_estimate("b2"), "[" * 100_000 + "]" * 100_000)
+    client = Client(Settings(), redis_client=r)
+    assert client.stored_estimate("b1") is None and client.stored_estimate("b2") is None
+
+
 # --- #15 defect 1: a publish that wrote nothing is not marked published ----------------------
 
 
