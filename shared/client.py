@@ -27,7 +27,6 @@ from typing import Any
 
 import redis
 from celery import Celery
-from pydantic import ValidationError
 
 from shared import keys, tracing
 from shared.celery_producer import producer_app
@@ -44,9 +43,10 @@ from shared.message_size import MessageChunks, job_cost, oversize_problem
 from shared.packs import pack_key
 from shared.prices import Price
 from shared.rejection import rejection_for
-from shared.replies import TERMINAL_TYPES, Reply, parse_reply
+from shared.replies import Reply
+from shared.reply_reader import terminal_replies
 from shared.settings import Settings, get_settings
-from shared.streams import Publication, RedisPublisher, ReplyPublisher, follow_stream, read_stream
+from shared.streams import Publication, RedisPublisher, ReplyPublisher
 from shared.submit_rejections import record_submit_rejection
 
 __all__ = ["PRODUCER_SERVICE", "Client", "JobChecker", "SubmitReport"]
@@ -383,43 +383,12 @@ class Client:
         timeout_s: float | None = None,
         include_resolutions: bool = False,
     ) -> Iterator[Reply]:
-        """Terminal messages on ``stream``, each job's once (a re-published duplicate is dropped).
-
-        With ``job_ids``, stops once every one of them has its terminal message (following the
-        stream as needed); with ``follow``, waits for new messages; else reads what is there.
-        """
-        wanted = set(job_ids) if job_ids is not None else None
-        seen: set[tuple[str, str]] = set()
-        done: set[str] = set()
-        give_up = None if timeout_s is None else datetime.now(UTC) + timedelta(seconds=timeout_s)
-        entries: Iterator[Any] = (
-            follow_stream(self.redis, stream, after="0-0")
-            if follow or wanted is not None
-            else read_stream(self.redis, stream)
+        """Terminal messages on ``stream``, each job's once (``shared.reply_reader``)."""
+        return terminal_replies(
+            self.redis,
+            stream,
+            job_ids=job_ids,
+            follow=follow,
+            timeout_s=timeout_s,
+            include_resolutions=include_resolutions,
         )
-        for entry in entries:
-            if wanted is not None and wanted <= done:
-                return
-            if give_up is not None and datetime.now(UTC) > give_up:
-                raise TimeoutError(f"{len(wanted or ()) - len(done)} job(s) still without a reply")
-            if entry is None:
-                continue
-            key = (entry.job_id, entry.type)
-            if key in seen:
-                continue
-            is_terminal = entry.type in TERMINAL_TYPES
-            if not is_terminal and not (include_resolutions and entry.type == "resolution"):
-                continue
-            if wanted is not None and entry.job_id not in wanted:
-                continue
-            try:  # before the job counts as answered: its real reply may follow
-                reply = parse_reply(entry.message)
-            except (ValueError, ValidationError):  # the stream is anyone's to write
-                log.warning("skipped reply entry %s of %s: not a reply", entry.entry_id, stream)
-                continue
-            seen.add(key)
-            if is_terminal:
-                done.add(entry.job_id)
-            yield reply
-            if wanted is not None and wanted <= done:
-                return
