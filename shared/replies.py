@@ -10,8 +10,9 @@ A sift job's messages carry its ``items`` (one ``SiftItem`` each), a route's res
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
@@ -105,10 +106,23 @@ class Threshold(BaseModel):
     labels: int = Field(..., description="labels behind the suggestion (or found, if too few)")
 
 
+#: What a provider's request id may be to be kept (OpenRouter ``gen-...``, OpenAI
+#: ``chatcmpl-...``, UUIDs): printable ASCII without spaces, at most 256 characters.
+_PROVIDER_ID: Final = re.compile(r"[\x21-\x7e]{1,256}")
+
+
 class Receipt(BaseModel):
     """One paid call: who answered, what it cost and on what basis, how it went on the wire."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("decision_id")
+    @classmethod
+    def _provider_id_or_none(cls, value: str | None) -> str | None:
+        # The provider's own text (a header or a body field): an id of megabytes, or with
+        # newlines and control characters, would ride on every message, ledger row and log
+        # line of the call. Provider ids are short printable ASCII; anything else is dropped.
+        return value if value is None or _PROVIDER_ID.fullmatch(value) else None
 
     step: str = Field(..., description="the call's step in its job: decide, pick.0, handler, ...")
     provider: str

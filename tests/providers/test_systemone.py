@@ -127,6 +127,34 @@ async def test_custom_host_path_and_request_id_header() -> None:
     assert info.value.field == "model"
 
 
+@pytest.mark.usefixtures("keys")
+@pytest.mark.parametrize(
+    ("sent_id", "kept"),
+    [
+        ("gen-1700000000-AbC", "gen-1700000000-AbC"),
+        ("x" * 100_000, None),  # megabytes would ride on every message and log line
+        ("gen-1\nlevel=error forged", None),  # a line break: a forged log line
+        ("", None),
+    ],
+)
+async def test_the_provider_s_request_id_is_kept_only_when_it_is_an_id(
+    sent_id: str, kept: str | None
+) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = {"id": sent_id, "answers": {"is_urgent": {"type": "noul", "noul": 0.7}}}
+        return httpx.Response(200, json=body)
+
+    settings = Settings(openrouter_base_url="http://or.invalid/api")
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        provider = SystemOneProvider(SystemOneConfig.openrouter(settings), http=http, policy=FAST)
+        result = await provider.decide(
+            DecisionRequest(state="s", questions=questions(), model="typesafe/jev-1.14"),
+            deadline(),
+        )
+    assert result.receipt.decision_id == kept
+    assert result.answers["is_urgent"].value is True  # the answer itself is kept either way
+
+
 async def test_registry_default_is_the_in_process_faux(no_keys: None) -> None:
     faux = FauxProvider()
     registry = ProviderRegistry.from_settings(
