@@ -12,6 +12,8 @@ import pytest
 from argon2 import PasswordHasher
 from typer.testing import CliRunner
 
+from shared.errors import ConfigurationError
+from shared.setting_types import ConsoleUser
 from shared.settings import get_settings
 from worker.cli import app
 from worker.console import Users
@@ -86,3 +88,37 @@ def test_add_user_writes_where_the_console_reads_by_default(
         assert "dana" in json.loads((tmp_path / "from-settings.json").read_text())
     finally:
         get_settings.cache_clear()
+
+
+def test_a_reserved_login_is_refused_when_the_logins_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "queue" is the name the escalation queue holds waiting entries under: a login of that
+    # name would resolve escalations nobody claimed.
+    login = {"password_hash": PasswordHasher().hash("pw"), "role": "reviewer"}
+    users = tmp_path / "users.json"
+    users.write_text(json.dumps({"queue": login}))
+    with pytest.raises(ConfigurationError) as from_file:
+        Users({}, users)
+    assert str(users) in str(from_file.value) and "'queue' is reserved" in str(from_file.value)
+    with pytest.raises(ConfigurationError) as from_settings:
+        Users({"queue": ConsoleUser.model_validate(login)})
+    assert "DECISIONS_CONSOLE_USERS" in str(from_settings.value)
+
+    # `decisions console` says so in one line and does not start.
+    monkeypatch.setenv("DECISIONS_CONSOLE_USERS", json.dumps({"queue": login}))
+    monkeypatch.setenv("DECISIONS_CONSOLE_USERS_FILE", str(tmp_path / "none.json"))
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(app, ["console"])
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code == 2, result.output
+    assert "refusing to start" in result.output and "'queue' is reserved" in result.output
+    assert "Traceback" not in result.output
+
+    # Written into the file of a running console, it is not taken: the last good file stays.
+    users.write_text(json.dumps({"dana": login}))
+    running = Users({}, users)
+    users.write_text(json.dumps({"dana": login, "queue": login}) + " ")
+    assert running.role_of("queue") is None and running.role_of("dana") == "reviewer"

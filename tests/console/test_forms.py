@@ -6,6 +6,7 @@ import pytest
 
 from shared.errors import FieldProblem, ResolutionInvalid
 from shared.jobs import DecideJob
+from shared.replies import EscalationMessage
 from shared.resolutions import check_resolution
 from shared.verdicts import escalation
 from tests.console.support import (
@@ -20,6 +21,7 @@ from worker.console.decide_form import (
     decide_answer,
     decide_fields,
     paged,
+    questions_readable,
     uses_bulk,
 )
 from worker.console.menu_form import RAW_FIELD, menu_answer, menu_choices
@@ -228,3 +230,46 @@ def test_a_decide_with_many_questions_is_paged_and_takes_a_bulk_answer() -> None
     with pytest.raises(ResolutionInvalid) as refused:
         check_resolution(message, decide_answer(fields, {"bulk": "false"}))
     assert [p.field for p in refused.value.problems] == ["answer.team"]
+
+
+def test_text_that_cannot_be_read_is_named_beside_its_field_never_raised() -> None:
+    message = menu_escalation("m1")
+    message.context["options"] = [
+        *MENU_OPTIONS,
+        {
+            "kind": "schema",
+            "name": "tagged",
+            "schema": {"type": "object", "fields": [{"name": "tags", "type": "any"}]},
+        },
+        {"kind": "handler", "name": "custom", "handler": "anything"},
+    ]
+    choices = menu_choices(message)
+    deep = "[" * 50_000 + "]" * 50_000
+    too_deep = "not JSON: nested too deep to read"
+    plan = {"call": "plan", "m1.f0": "t", "m1.f1": '"low"', "m1.f2": "1" * 5000}
+    digits = FieldProblem("m1.f2", "not a number: too many digits")
+    assert menu_answer(choices, plan) == (None, [digits])
+    assert menu_answer(choices, {RAW_FIELD: deep}) == (None, [FieldProblem(RAW_FIELD, too_deep)])
+    assert menu_answer(choices, {"call": "tagged", "m2.f0": deep}) == (
+        None,
+        [FieldProblem("m2.f0", too_deep)],
+    )
+    assert menu_answer(choices, {"call": "custom", "m3.args": deep}) == (
+        None,
+        [FieldProblem("m3.args", too_deep)],
+    )
+    # A select's value that is not JSON goes on as text, for the engine to refuse.
+    pick, problems = menu_answer(choices, {**plan, "m1.f1": deep, "m1.f2": "2"})
+    assert pick["args"]["priority"] == deep and problems == []
+
+
+def test_questions_of_another_shape_are_not_readable() -> None:
+    good = refused_escalation("j1")
+    assert questions_readable(good)
+
+    def shaped(questions: object) -> EscalationMessage:
+        return good.model_copy(update={"context": {**good.context, "questions": questions}})
+
+    for questions in (["x"], {"a": "x"}, None, {"a": {"type": "noul", "escalate_below": "x"}}):
+        assert not questions_readable(shaped(questions)), questions
+    assert questions_readable(shaped({})) and questions_readable(shaped({"a": {"type": "?"}}))

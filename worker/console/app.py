@@ -34,7 +34,7 @@ from worker.console.filters import install_filters
 from worker.console.headers import SecurityHeaders
 from worker.console.sessions import RedisSessions
 from worker.console.throttle import LoginThrottle, PasswordChecks
-from worker.console.web import USER_KEY, ConsoleState, redirect, render
+from worker.console.web import USER_KEY, ConsoleState, FormRefused, redirect, render
 from worker.ledger import Ledger
 
 __all__ = ["create_app", "menu_checker", "templates"]
@@ -136,8 +136,10 @@ def _routes() -> list[Route | Mount]:
 
 async def _http_error(request: Request, exc: Any) -> Response:
     status = getattr(exc, "status_code", 500)
-    titles = {404: "Not found", 405: "Not allowed", 413: "Too large"}
-    return _plain_page(request, status, titles.get(status, "Error"), "")
+    titles = {400: "Not read", 404: "Not found", 405: "Not allowed", 413: "Too large"}
+    # Only the console's own refusals say why: another exception's detail is not ours to show.
+    why = exc.detail if isinstance(exc, FormRefused) else ""
+    return _plain_page(request, status, titles.get(status, "Error"), why)
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:

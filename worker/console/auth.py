@@ -7,7 +7,9 @@ failed login takes does not tell which names exist.
 The logins file (``decisions console add-user``) is re-read when it changes, so a login
 added or changed there applies without a restart. Each login has a ``stamp`` (a digest of
 its password hash): a session remembers the stamp it logged in with and ends when the
-password changes.
+password changes. A name the escalation queue refuses as a reviewer's (``queue``, under
+which it holds every waiting escalation, or an empty one) is refused when the logins load:
+at start an error naming the setting or file, later a warning (the last good file stays).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 
 from shared.errors import ConfigurationError
+from shared.escalations import QUEUE_CONSUMER
 from shared.setting_types import ConsoleUser
 from worker.console.users_file import read_users_file
 
@@ -62,7 +65,7 @@ def _stamp(user: ConsoleUser) -> str:
 
 class Users:
     def __init__(self, users: Mapping[str, ConsoleUser], file: Path | None = None) -> None:
-        self._settings = dict(users)
+        self._settings = _checked(users, "DECISIONS_CONSOLE_USERS", "rename it there")
         self._file = file
         self._seen: tuple[int, int] | None = None
         self._lock = threading.Lock()
@@ -70,7 +73,7 @@ class Users:
         self._dummy = _HASHER.hash("not a password of anyone")
         if file is not None:
             # At start a bad file is an error the operator sees; later, the last good one stays.
-            self._users = {**self._settings, **read_users_file(file)}
+            self._users = {**self._settings, **self._read_file()}
             self._seen = self._signature()
 
     def __len__(self) -> int:
@@ -105,11 +108,16 @@ class Users:
             signature = self._signature()
             if signature != self._seen:
                 try:
-                    self._users = {**self._settings, **read_users_file(self._file)}
+                    self._users = {**self._settings, **self._read_file()}
                 except ConfigurationError as exc:
                     _log.warning("logins file not reloaded, the last good one stays: %s", exc)
                 self._seen = signature
         return self._users
+
+    def _read_file(self) -> dict[str, ConsoleUser]:
+        assert self._file is not None
+        fix = "remove it, and add the login under another name with `decisions console add-user`"
+        return _checked(read_users_file(self._file), str(self._file), fix)
 
     def _signature(self) -> tuple[int, int] | None:
         assert self._file is not None
@@ -118,3 +126,17 @@ class Users:
         except OSError:
             return None
         return stat.st_mtime_ns, stat.st_size
+
+
+def _checked(users: Mapping[str, ConsoleUser], where: str, fix: str) -> dict[str, ConsoleUser]:
+    """``users``, unless a name is one the escalation queue refuses as a reviewer's: as a login,
+    ``queue`` would pass the queue's holder check and resolve escalations nobody claimed."""
+    for name in users:
+        if name == QUEUE_CONSUMER:
+            why = f"the login {name!r} is reserved (the escalation queue's own name)"
+        elif not name:
+            why = "a login has an empty name"
+        else:
+            continue
+        raise ConfigurationError(f"{where}: {why}: {fix}")
+    return dict(users)

@@ -4,7 +4,9 @@ One field per question: yes/no, the choice's options, the score's levels. What a
 sends is only a proposal: the answer is checked by ``EscalationQueue.resolve`` (that is,
 ``shared.resolutions.check_resolution``), the same code as ``decisions escalations resolve``,
 so an option that is not in the question (a tampered form) is refused there, not here.
-Whether a question must be answered is asked of that code too (``required``).
+Whether a question must be answered is asked of that code too (``required``). Questions of
+another shape than that code reads (``questions_readable``: a damaged or hand-written entry)
+make no form: the pages list such an entry as unreadable.
 
 A big escalation (a sift's items, or more questions than ``PAGE_SIZE``) is shown a page at a
 time with a bulk answer (``BULK_CHOICES``: keep the machine's answers, yes or no for the
@@ -39,6 +41,7 @@ __all__ = [
     "decide_answer",
     "decide_fields",
     "paged",
+    "questions_readable",
     "uses_bulk",
 ]
 
@@ -59,6 +62,8 @@ BULK_CHOICES: Final = (
 #: Questions (sift items) shown on one page of a big escalation.
 PAGE_SIZE: Final = 100
 _INDEX = re.compile(r"^\d{1,3}$")
+#: What a question's floor may be, as ``fixed_floor`` reads it (no floor: None).
+_FLOOR: Final = (int, float, type(None))
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,18 @@ class DecideField:
     @property
     def problem_key(self) -> str:
         return f"answer.{self.question_id}"
+
+
+def questions_readable(message: EscalationMessage) -> bool:
+    """Whether the form can be built of the questions, and ``check_resolution`` read them: an
+    object of question objects, each floor a number. An entry is anyone's to write; one with
+    other JSON there is listed as unreadable (it could not be resolved either: ``resolve``
+    reads the questions the same way)."""
+    questions = message.context.get("questions", {})
+    return isinstance(questions, Mapping) and all(
+        isinstance(q, Mapping) and isinstance(fixed_floor(q.get("escalate_below")), _FLOOR)
+        for q in questions.values()
+    )
 
 
 def decide_fields(message: EscalationMessage) -> list[DecideField]:

@@ -4,8 +4,10 @@ Every move goes through ``EscalationQueue``: ``claim_entry`` when a reviewer ope
 ``resolve`` (which checks the answer with the same code as the command line and publishes
 the resolution) and ``release``; the queue writes each to the audit log (``shared.audit``).
 A refused answer comes back as the page again, each problem next to its field, with what the
-reviewer had entered. Pages are read through ``listing``: an entry that does not parse is named, not
-an error. A big escalation is shown a page of questions at a time (``decide_form.paged``).
+reviewer had entered; a resolution Redis would not publish (``PublishFailed``: nothing was
+written) is named on the page, and the escalation stays the reviewer's. Pages are read
+through ``listing``: an entry that does not parse is named, not an error. A big escalation
+is shown a page of questions at a time (``decide_form.paged``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from shared.errors import EscalationNotFound, FieldProblem, ResolutionInvalid
+from shared.errors import EscalationNotFound, FieldProblem, PublishFailed, ResolutionInvalid
 from shared.escalations import OpenEscalation
 from shared.replies import EscalationReason
 from worker.console.auth import Login
@@ -115,7 +117,9 @@ def resolve(request: Request, login: Login, form: Form) -> Response:
         resolution = queue.resolve(item.entry_id, login.name, answer)
     except ResolutionInvalid as exc:
         return _detail(request, login, item, form=form, problems=exc.problems, status=422)
-    except EscalationNotFound as exc:
+    except (EscalationNotFound, PublishFailed) as exc:
+        # PublishFailed (the job's reply stream key holds another type) says that nothing
+        # was written and the escalation stays open: the reviewer's claim stands.
         flash(request, str(exc))
         return redirect(f"/escalations/{item.entry_id}")
     except UNREADABLE:
@@ -262,7 +266,8 @@ def _open(request: Request) -> OpenEscalation | None:
 
 def _page_number(request: Request, form: Form | None) -> int:
     raw = (form or {}).get("page") or request.query_params.get("page") or "1"
-    return int(raw) if raw.isdigit() and len(raw) < 9 else 1
+    # ASCII only: "²" is a digit to str.isdigit() and no number to int().
+    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) < 9 else 1
 
 
 def _bulk_default(fields: list[DecideField]) -> str:

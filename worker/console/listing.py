@@ -2,10 +2,12 @@
 
 The pages read through the queue's own Redis stream and group, as ``EscalationQueue.open``
 does, but each entry on its own: one that does not parse (a field a newer version adds, a
-damaged message) is listed as unreadable, by id, instead of failing the page for every
-reviewer, and the detail page reads its one entry instead of parsing every open one (a
-10,000-item sift escalation is megabytes of JSON). Claims, releases and resolutions still go
-through ``EscalationQueue``.
+damaged message), whose ``reply_to`` is not a stream name (the queue skips it: it could never
+be claimed) or whose questions no form can be built of (``decide_form.questions_readable``)
+is listed as unreadable, by id, instead of failing the page for every reviewer, and the
+detail page reads its one entry instead of parsing every open one (a 10,000-item sift
+escalation is megabytes of JSON). Claims, releases and resolutions still go through
+``EscalationQueue``.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from typing import Any
 import redis
 from pydantic import ValidationError
 
+from shared import keys
 from shared.escalations import QUEUE_CONSUMER, EscalationQueue, OpenEscalation
 from shared.replies import EscalationMessage, parse_reply
+from worker.console.decide_form import questions_readable
 
 __all__ = ["Listing", "find_open", "list_open"]
 
@@ -98,11 +102,18 @@ def _entry(pending: Any, rows: Any) -> OpenEscalation | str | None:
         return entry_id
     if not isinstance(message, EscalationMessage):
         return entry_id
+    reply_to = fields.get("reply_to") or message.reply_to or ""
+    # The queue skips an entry with no reply stream to answer on (it could never be claimed),
+    # and a decide form cannot be built of questions of another shape.
+    if not keys.is_reply_name(reply_to):
+        return entry_id
+    if message.kind != "menu" and not questions_readable(message):
+        return entry_id
     holder = _text(pending["consumer"])
     return OpenEscalation(
         entry_id=entry_id,
         message=message,
-        reply_to=fields.get("reply_to") or message.reply_to or "",
+        reply_to=reply_to,
         holder=None if holder == QUEUE_CONSUMER else holder,
         idle_s=int(pending["time_since_delivered"]) / 1000,
     )

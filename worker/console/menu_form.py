@@ -8,7 +8,9 @@ without them takes its arguments as one JSON box. A raw pick (``{"call": ..., "a
 {...}}``) can always be typed instead; an optional parameter left empty is left out, so
 its default applies.
 What the form builds is only read into a pick here; the menu engine checks it (the
-``menu_checker`` of ``EscalationQueue.resolve``), exactly as for the command line.
+``menu_checker`` of ``EscalationQueue.resolve``), exactly as for the command line. Only
+text that cannot be read at all (not JSON, JSON nested too deep, an int of more digits than
+Python converts) is named here, beside its field.
 """
 
 from __future__ import annotations
@@ -88,10 +90,8 @@ def menu_answer(
     """The pick the form describes, and the problems that kept it from being read."""
     raw = form.get(RAW_FIELD, "").strip()
     if raw or not choices:
-        try:
-            return json.loads(raw), []
-        except ValueError:
-            return None, [FieldProblem(RAW_FIELD, "not JSON")]
+        pick, problem = _json(raw)
+        return (None, [FieldProblem(RAW_FIELD, problem)]) if problem else (pick, [])
     call = form.get(CALL_FIELD, "")
     chosen = next((c for c in choices if c.name == call), None)
     if chosen is None:
@@ -101,11 +101,10 @@ def menu_answer(
         )
     problems: list[FieldProblem] = []
     if chosen.args_name is not None:
-        text = form.get(chosen.args_name, "").strip() or "{}"
-        try:
-            return {"call": call, "args": json.loads(text)}, []
-        except ValueError:
-            return None, [FieldProblem(chosen.args_name, "not JSON")]
+        args_value, problem = _json(form.get(chosen.args_name, "").strip() or "{}")
+        if problem:
+            return None, [FieldProblem(chosen.args_name, problem)]
+        return {"call": call, "args": args_value}, []
     if not chosen.inputs:
         return {"call": call}, []
     args: dict[str, Any] = {}
@@ -204,20 +203,29 @@ def _read(item: MenuInput, raw: str) -> tuple[Any, str | None]:
     if raw == "" and item.nullable:
         return None, None
     if item.widget == "select":
-        try:
-            return json.loads(raw), None
-        except ValueError:
-            return raw, None
+        value, problem = _json(raw)
+        return (raw, None) if problem else (value, None)
     if item.widget == "json":
-        try:
-            return json.loads(raw), None
-        except ValueError:
-            return None, "not JSON"
+        value, problem = _json(raw)
+        return (None, problem) if problem else (value, None)
     if item.kind == "int" and _INT.match(raw.strip()):
-        return int(raw), None
+        try:
+            return int(raw), None
+        except ValueError:  # more digits than int() converts (sys.get_int_max_str_digits)
+            return None, "not a number: too many digits"
     if item.kind in ("int", "float"):
         try:
             return float(raw), None
         except ValueError:
             return raw, None
     return raw, None
+
+
+def _json(raw: str) -> tuple[Any, str | None]:
+    """The JSON value of a reviewer's text, or what keeps it from being one."""
+    try:
+        return json.loads(raw), None
+    except RecursionError:  # "[[[[...": json's decoder recurses once a level
+        return None, "not JSON: nested too deep to read"
+    except ValueError:
+        return None, "not JSON"

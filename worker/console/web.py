@@ -3,7 +3,9 @@
 ``page`` guards a GET: a visitor without a login is sent to it. ``action`` guards a POST:
 it reads the (urlencoded, file-less, bounded) form, refuses it with 403 unless its CSRF
 token matches the session's, checks the login and role, and runs the handler in a thread,
-because the queue and the ledger are blocking clients.
+because the queue and the ledger are blocking clients. A form is bounded in fields by what
+the console's forms can hold (a reviewer's: a menu's every input; anyone else's: a login
+form's few); one over its bound is refused unread (``FormRefused``), saying so in one line.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from urllib.parse import quote
 from jinja2 import Environment
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from shared.escalations import EscalationQueue
+from shared.limits import MAX_MENU_OPTIONS, MAX_SCHEMA_FIELDS
 from worker.console.auth import Login, Users
 from worker.console.csrf import CSRF_FIELD, csrf_ok, csrf_token
 from worker.console.estimates import EstimateSource
@@ -31,6 +35,7 @@ __all__ = [
     "USER_KEY",
     "ConsoleState",
     "Form",
+    "FormRefused",
     "action",
     "flash",
     "forbidden",
@@ -46,7 +51,13 @@ __all__ = [
 Form = Mapping[str, str]
 Handler = Callable[[Request, Login, Form], Response]
 Endpoint = Callable[[Request], Awaitable[Response]]
-_MAX_FIELDS: Final = 400
+#: The fields a reviewer's form can hold: a menu's form posts every option's inputs (up to
+#: one per field of its schema) and JSON box at once, and a few fields of its own. A decide
+#: form holds a page of questions (``decide_form.PAGE_SIZE``), far fewer.
+_REVIEWER_FIELDS: Final = MAX_MENU_OPTIONS * (MAX_SCHEMA_FIELDS + 1) + 16
+#: Anyone else's post is read only this far (a login form has four fields): reading a 1 MiB
+#: body of 250,000 fields costs a third of a second, before its token is even checked.
+_FEW_FIELDS: Final = 64
 #: The session key of the logged-in name (``RedisSessions`` gives such sessions their age).
 USER_KEY: Final = "user"
 _STAMP_KEY: Final = "stamp"
@@ -133,10 +144,11 @@ def action(*, reviewer: bool = True) -> Callable[[Handler], Endpoint]:
     def wrap(handler: Handler) -> Endpoint:
         @functools.wraps(handler)
         async def endpoint(request: Request) -> Response:
-            form = await read_form(request)
+            login = login_of(request)
+            bound = _REVIEWER_FIELDS if login is not None and login.can_review else _FEW_FIELDS
+            form = await read_form(request, max_fields=bound)
             if form is None:
                 return forbidden(request, "the form's security token is missing or stale")
-            login = login_of(request)
             if login is None:
                 return _to_login(request)
             if reviewer and not login.can_review:
@@ -148,14 +160,31 @@ def action(*, reviewer: bool = True) -> Callable[[Handler], Endpoint]:
     return wrap
 
 
-async def read_form(request: Request) -> Form | None:
-    """The form's fields, or None unless it carries the session's CSRF token (and no file)."""
-    async with request.form(max_files=0, max_fields=_MAX_FIELDS) as data:
-        fields: dict[str, str] = {}
-        for key, value in data.multi_items():
-            if isinstance(value, UploadFile):
-                return None
-            fields.setdefault(key, value)
+class FormRefused(HTTPException):
+    """A post whose form was not read (more fields than allowed, a malformed body): a 400
+    whose ``detail`` is one line for the page."""
+
+
+async def read_form(request: Request, *, max_fields: int = _FEW_FIELDS) -> Form | None:
+    """The form's fields, or None unless it carries the session's CSRF token (and no file);
+    ``FormRefused`` if it has more than ``max_fields`` fields or cannot be read."""
+    try:
+        async with request.form(max_files=0, max_fields=max_fields) as data:
+            fields: dict[str, str] = {}
+            for key, value in data.multi_items():
+                if isinstance(value, UploadFile):
+                    return None
+                fields.setdefault(key, value)
+    except HTTPException as exc:
+        if exc.status_code != 400:  # a body over its size (413) is answered as such
+            raise
+        # Starlette refuses with a bare 400: the page says which bound, and that nothing was done.
+        why = (
+            f"it has more than {max_fields:,} fields, more than any form of the console holds"
+            if str(exc.detail).startswith("Too many fields")
+            else str(exc.detail).rstrip(".")
+        )
+        raise FormRefused(400, f"The form was not read: {why}. Nothing was done.") from None
     if not csrf_ok(request.session, fields.get(CSRF_FIELD)):
         return None
     return fields
