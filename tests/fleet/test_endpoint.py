@@ -1,5 +1,6 @@
-"""The metrics endpoint without a worker: probe answers through a warm shutdown, and fleet
-gauges that say a source is down instead of exporting a stale or invented 0."""
+"""The metrics endpoint without a worker: probe answers through a warm shutdown, fleet gauges
+that say a source is down instead of exporting a stale or invented 0, and open escalations
+counted as reviewers can open them."""
 
 from __future__ import annotations
 
@@ -11,9 +12,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from shared import keys
+from shared.escalations import EscalationQueue
+from shared.replies import EscalationMessage
+from shared.streams import publish_once
+from tests.fleet.support import flushed
+from tests.support.ownservers import OwnRedis
 from worker.ledger import Ledger
 from worker.observability.metrics import MetricsServer, Readiness
 from worker.observability.metrics.collector import FleetCollector
+from worker.observability.metrics.fleet import EscalationCounts, escalation_counts
 
 
 def unreachable_ledger() -> Ledger:
@@ -127,3 +135,55 @@ def test_budgets_are_exported_by_budget(tmp_path: Path) -> None:
     assert samples[("decisions_budget_reserved_usd", night)] == 0.25
     assert samples[("decisions_budget_spent_usd", (("basis", "estimate"), *night))] == 0.1
     assert samples[("decisions_budget_left_usd", night)] == 0.65
+
+
+def escalate(r: redis.Redis, *job_ids: str) -> None:
+    for job_id in job_ids:
+        message = EscalationMessage(job_id=job_id, reason="decision_refused")
+        publish_once(
+            r,
+            stream="replies",
+            job_id=job_id,
+            message_type="escalation",
+            message_json=message.to_json(),
+            escalation=True,
+        )
+
+
+def as_reviewers_see(queue: EscalationQueue) -> EscalationCounts:
+    found = queue.open()
+    waiting = sum(1 for item in found if item.holder is None)
+    return EscalationCounts(waiting=waiting, claimed=len(found) - waiting)
+
+
+def test_escalations_a_trim_removed_are_not_counted_open(redis_server: OwnRedis) -> None:
+    # An operator capping the stream's memory (XTRIM MAXLEN) removes entries the group still
+    # holds as pending: no reviewer can open them, so no figure may count them, forever.
+    with flushed(redis_server) as (r, _url):
+        escalate(r, "j1", "j2", "j3", "j4")
+        queue = EscalationQueue(r, on_skip=lambda _entry, _why: None)
+        assert queue.claim("ann") is not None  # j1: claimed
+        r.xtrim(keys.ESCALATION_STREAM, maxlen=2, approximate=False)  # j1 and j2 gone
+        assert escalation_counts(r) == EscalationCounts(waiting=2, claimed=0)
+        assert as_reviewers_see(queue) == EscalationCounts(waiting=2, claimed=0)
+        assert escalation_counts(r) == EscalationCounts(waiting=2, claimed=0)
+        r.xtrim(keys.ESCALATION_STREAM, maxlen=0, approximate=False)
+        assert escalation_counts(r) == EscalationCounts(waiting=0, claimed=0)
+
+
+def test_escalations_trimmed_before_any_reviewer_read_them_are_not_counted(
+    redis_server: OwnRedis,
+) -> None:
+    # Redis's own lag for the group still counts entries a trim removed unread.
+    with flushed(redis_server) as (r, _url):
+        escalate(r, "j1", "j2")
+        queue = EscalationQueue(r, on_skip=lambda _entry, _why: None)
+        assert len(queue.open()) == 2  # handed to the group
+        escalate(r, "j3", "j4", "j5")  # not read by anyone yet
+        r.xtrim(keys.ESCALATION_STREAM, maxlen=1, approximate=False)  # j5 is left
+        assert escalation_counts(r) == EscalationCounts(waiting=1, claimed=0)
+        assert as_reviewers_see(queue) == EscalationCounts(waiting=1, claimed=0)
+        assert escalation_counts(r) == EscalationCounts(waiting=1, claimed=0)
+        escalate(r, "j6")  # Redis's lag stays off by the entries trimmed unread, for good
+        assert escalation_counts(r) == EscalationCounts(waiting=2, claimed=0)
+        assert as_reviewers_see(queue) == EscalationCounts(waiting=2, claimed=0)

@@ -8,7 +8,11 @@ labels in the ledger (one transaction a page), then acknowledges and deletes the
 A crash between the two leaves the entries pending; they are read again (a consumer silent
 for ``claim_idle_s`` has its entries taken over) and stored again, which changes nothing
 (``worker.ledger.label_ops``). An entry that does not parse is logged and dropped: it can
-never become a label, and must not hold back the others.
+never become a label, and must not hold back the others. Nor may an entry whose labels the
+ledger refuses (a row its constraints or its driver reject: text PostgreSQL cannot hold, a
+weight not above 0): the page is then stored entry by entry, and the entries refused are
+logged (their id and the error's type, never a label's contents) and dropped. An outage
+(``LedgerError``) drops nothing: it is raised with every entry of the page left pending.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 import redis
 import structlog
 from pydantic import ValidationError
+from sqlalchemy import exc as sa_exc
 
 from shared import keys
 from shared.labels import Label
@@ -32,6 +37,11 @@ __all__ = ["consumer_name", "store_label_stream"]
 log = structlog.get_logger("decisions.calibration")
 
 Found = tuple[Label, datetime, str | None]
+
+# What the ledger raises for a row it will never store, whatever the retry: a constraint or a
+# value the database refuses (DataError, IntegrityError), or text its driver cannot encode
+# (a lone surrogate: UnicodeEncodeError, a ValueError). An outage is a LedgerError: not here.
+_REFUSED = (sa_exc.DataError, sa_exc.IntegrityError, ValueError)
 
 
 def consumer_name() -> str:
@@ -78,20 +88,42 @@ def store_label_stream(
 def _store(
     ledger: Ledger, client: redis.Redis, stream: str, group: str, entries: list[Any]
 ) -> int:
-    found: list[Found] = []
-    done: list[str] = []
+    found: dict[str, list[Found]] = {}
     for entry_id, fields in entries:
-        if fields is None:  # deleted meanwhile (another consumer stored it)
-            continue
         name = _text(entry_id)
-        done.append(name)
-        found.extend(_parse(name, fields))
-    stored = ledger.store_labels(found) if found else 0
-    if done:
+        # No fields: the entry is gone (another consumer stored and deleted it meanwhile).
+        # Acknowledged with the others all the same, or it would stay pending here for good.
+        found[name] = _parse(name, fields) if fields else []
+    stored = _store_page(ledger, found)
+    if found:
         pipe = client.pipeline(transaction=False)
-        pipe.xack(stream, group, *done)
-        pipe.xdel(stream, *done)
+        pipe.xack(stream, group, *found)
+        pipe.xdel(stream, *found)
         pipe.execute()
+    return stored
+
+
+def _store_page(ledger: Ledger, found: dict[str, list[Found]]) -> int:
+    """Store the labels of a page of entries, in one transaction while the ledger takes them
+    all; a LedgerError is raised as it is (nothing is acknowledged then)."""
+    labels = [item for items in found.values() for item in items]
+    if not labels:
+        return 0
+    try:
+        return ledger.store_labels(labels)
+    except _REFUSED:
+        # Some entry's rows were refused, and nothing of the page was stored: find which
+        # below, outside this ``except`` so that an outage raised there does not carry the
+        # refusal (its SQL parameters are the labels' contents) as its context.
+        pass
+    stored = 0
+    for entry_id, items in found.items():
+        if not items:
+            continue
+        try:
+            stored += ledger.store_labels(items)
+        except _REFUSED as exc:
+            log.warning("labels.dropped", entry=entry_id, why=type(exc).__name__)
     return stored
 
 
@@ -103,7 +135,9 @@ def _parse(entry_id: str, raw: dict[Any, Any]) -> list[Found]:
         if not isinstance(items, list):
             raise ValueError("labels is not a list")
         labels = [Label.model_validate(item) for item in items]
-    except (KeyError, ValueError, ValidationError) as exc:
+    # A time past what datetime holds is OverflowError or OSError (the platform's gmtime),
+    # labels nested deeper than the parser goes RecursionError: none a ValueError.
+    except (KeyError, ValueError, ValidationError, OverflowError, OSError, RecursionError) as exc:
         log.warning("labels.skipped", entry=entry_id, why=type(exc).__name__)
         return []
     return [(label, at, fields.get("entry_id")) for label in labels]

@@ -3,8 +3,18 @@ the Celery queue's depth and the workers answering. ``decisions status`` prints 
 each worker's metrics endpoint exports the first two at scrape time.
 
 Cheap means: the ledger is asked two indexed counts (calls by status over their index; the
-outbox backlog over its partial index), Redis one XINFO and one XPENDING summary, the broker
-one passive queue declaration. Nothing here loads a row or mutates anything.
+outbox backlog over its partial index), Redis two XINFOs and one XPENDING summary, the broker
+one passive queue declaration. Nothing here loads a ledger row or mutates anything.
+
+Escalations are counted as a reviewer can open them. A trim of the stream (``XTRIM``, an
+operator capping its memory) removes entries the group may still hold as pending, and from
+then on Redis's lag for the group goes on counting the removed entries nobody had read:
+neither can ever be opened, so neither is counted. Once anything has left the stream, the
+entries not handed to the group yet are counted by reading them (none to read when the group
+has read up to the last entry, as every reviewer's read does); pending entries older than
+the stream's first entry are read, ids and holders only, only while there are any. An entry
+deleted from the middle of the stream (``XDEL``) while pending is still counted: telling it
+would take reading every pending entry's body.
 """
 
 from __future__ import annotations
@@ -73,20 +83,25 @@ def escalation_counts(
     stream: str = keys.ESCALATION_STREAM,
     group: str = keys.ESCALATION_GROUP,
 ) -> EscalationCounts:
-    """Open escalations: entries not yet handed to the group, plus those pending in it."""
+    """Open escalations: entries not yet handed to the group, plus those pending in it, less
+    the entries a trim removed."""
     try:
         groups: Any = client.xinfo_groups(stream)
+        head: Any = client.xinfo_stream(stream)
     except redis.ResponseError:
         return EscalationCounts(0, 0)  # no stream: nothing was ever escalated
+    length = int(head["length"])
+    first = _text(head["first-entry"][0]) if head.get("first-entry") else None
     info = next((g for g in groups if _text(g["name"]) == group), None)
     if info is None:
         # No reviewer has looked yet: every entry is waiting.
-        return EscalationCounts(int(client.xlen(stream)), 0)
+        return EscalationCounts(length, 0)
     lag = info.get("lag")
-    if lag is None:
-        # Redis cannot tell after deletions in the stream: count what follows the last read.
-        last = _text(info["last-delivered-id"])
-        lag = len(client.xrange(stream, min=f"({last}", max="+"))  # type: ignore[arg-type]
+    if lag is None or head.get("entries-added") != length:
+        # Redis cannot tell after deletions in the stream, and after a trim of entries the
+        # group had not read it goes on counting them, for good: only while nothing ever
+        # left the stream is its count sure.
+        lag = _unread(client, stream, head, _text(info["last-delivered-id"]), first)
     summary: Any = client.xpending(stream, group)
     queued = sum(
         int(c["pending"])
@@ -94,7 +109,55 @@ def escalation_counts(
         if _text(c["name"]) == QUEUE_CONSUMER
     )
     pending = int(summary.get("pending") or 0)
-    return EscalationCounts(waiting=int(lag) + queued, claimed=pending - queued)
+    gone_queued, gone_claimed = _trimmed_pending(client, stream, group, summary, first)
+    # Clamped: the reads are not one snapshot (a reviewer may claim or resolve in between).
+    return EscalationCounts(
+        waiting=max(0, int(lag) + queued - gone_queued),
+        claimed=max(0, pending - queued - gone_claimed),
+    )
+
+
+def _unread(client: redis.Redis, stream: str, head: Any, last: str, first: str | None) -> int:
+    """How many entries follow ``last`` (the last the group read) in the stream: ``head``."""
+    if first is None or _order(last) >= _order(_text(head["last-generated-id"])):
+        return 0
+    if _order(last) < _order(first):
+        return int(head["length"])  # a trim went past the last entry read: all left are unread
+    return len(client.xrange(stream, min=f"({last}", max="+"))  # type: ignore[arg-type]
+
+
+def _trimmed_pending(
+    client: redis.Redis, stream: str, group: str, summary: Any, first: str | None
+) -> tuple[int, int]:
+    """Pending entries a trim removed, as (held by the queue, held by reviewers): those whose
+    id comes before the stream's first entry (``first``; None: the stream is empty)."""
+    oldest = summary.get("min")
+    if not summary.get("pending") or oldest is None:
+        return 0, 0
+    if first is not None and _order(_text(oldest)) >= _order(first):
+        return 0, 0  # the usual case: nothing pending was trimmed, nothing more to read
+    queued = claimed = 0
+    low, high = "-", "+" if first is None else f"({first}"
+    while True:
+        rows: Any = client.xpending_range(stream, group, low, high, _PAGE)
+        for row in rows:
+            if _text(row["consumer"]) == QUEUE_CONSUMER:
+                queued += 1
+            else:
+                claimed += 1
+        if len(rows) < _PAGE:
+            return queued, claimed
+        low = "(" + _text(rows[-1]["message_id"])  # exclusive: after the last one read
+
+
+#: XPENDING rows read a call while counting trimmed entries (each an id, a name, two ints).
+_PAGE = 10_000
+
+
+def _order(entry_id: str) -> tuple[int, int]:
+    """A stream entry id (``ms-seq``) as what orders it: its text does not (``9-0``, ``10-0``)."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 @dataclass(frozen=True)

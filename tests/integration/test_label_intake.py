@@ -1,0 +1,158 @@
+"""The label stream into the ledger (``worker.calibration.intake``) on a real Redis, SQLite
+and PostgreSQL: one bad entry, whether it cannot be read or the ledger refuses its labels,
+is dropped and reported and the others are stored; an outage leaves every entry pending."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from structlog.testing import capture_logs
+
+from shared import keys
+from tests.support.services import postgres_schema, redis_database
+from worker.calibration import store_label_stream
+from worker.ledger import Ledger
+from worker.ledger.errors import LedgerUnavailable
+
+pytestmark = pytest.mark.integration
+
+REDIS_DB = 12  # as tests/integration/test_calibration_loop.py's crash test
+RESOLVED_AT_MS = "1700000000000"
+SECRET = "reviewer-notes-canary"  # in every bad label: never in a log line
+
+
+@pytest.fixture
+def r() -> Iterator[redis.Redis]:
+    with redis_database(REDIS_DB) as client:
+        yield client
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ledger]:
+    if request.param == "sqlite":
+        with Ledger(f"sqlite:///{tmp_path / 'l.db'}") as db:
+            db.migrate()
+            yield db
+        return
+    with postgres_schema("intake") as url, Ledger(url) as db:
+        db.migrate()
+        yield db
+
+
+def label(job_id: str, **changes: Any) -> dict[str, Any]:
+    return {
+        "job_id": job_id, "question_id": "urgent", "question_type": "noul",
+        "machine_answer": True, "human_answer": SECRET, "correct": False,
+        "reviewer": "ann", "source": "escalation", "reason": "low_confidence", **changes,
+    }
+
+
+def add(r: redis.Redis, job_id: str, **fields: str) -> str:
+    entry = {
+        "job_id": job_id, "entry_id": "1-0", "resolved_at_ms": RESOLVED_AT_MS,
+        "labels": json.dumps([label(job_id)]), **fields,
+    }
+    return r.xadd(keys.LABEL_STREAM, entry).decode()  # type: ignore[arg-type,union-attr]
+
+
+def stored_jobs(ledger: Ledger) -> list[str]:
+    return sorted(row.job_id for row in ledger.labels())
+
+
+def pending(r: redis.Redis) -> int:
+    return int(r.xpending(keys.LABEL_STREAM, keys.LABEL_GROUP)["pending"])
+
+
+def assert_reported(logs: list[dict[str, Any]], event: str, entry: str) -> None:
+    found = [e for e in logs if e["event"] == event]
+    assert [e["entry"] for e in found] == [entry], logs
+    assert SECRET not in repr(logs)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param({"resolved_at_ms": "9" * 400}, id="time-past-float"),  # OverflowError
+        pytest.param({"resolved_at_ms": "9" * 20}, id="time-past-year-9999"),  # OSError
+        pytest.param({"labels": "[" * 100_000 + "]" * 100_000}, id="nested-past-parser"),
+    ],
+)
+def test_an_entry_that_cannot_be_read_is_dropped_and_the_others_stored(
+    r: redis.Redis, tmp_path: Path, bad: dict[str, str]
+) -> None:
+    with Ledger(f"sqlite:///{tmp_path / 'l.db'}") as ledger:
+        ledger.migrate()
+        add(r, "good-1")
+        entry = add(r, "bad", **bad)
+        add(r, "good-2")
+        with capture_logs() as logs:
+            assert store_label_stream(ledger, r, consumer="w1") == 2
+        assert stored_jobs(ledger) == ["good-1", "good-2"]
+    assert_reported(logs, "labels.skipped", entry)
+    assert (pending(r), r.xlen(keys.LABEL_STREAM)) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(label("bad", weight=-1.0), id="weight-not-positive"),  # CHECK constraint
+        pytest.param(label("bad", reviewer="a\u0000b"), id="nul-in-text"),  # PostgreSQL refuses
+        pytest.param(label("bad", reviewer="\ud800"), id="lone-surrogate"),  # no UTF-8 for it
+    ],
+)
+def test_an_entry_the_ledger_refuses_is_dropped_and_the_others_stored(
+    r: redis.Redis, ledger: Ledger, bad: dict[str, Any]
+) -> None:
+    add(r, "good-1")
+    entry = add(r, "bad", labels=json.dumps([bad]))
+    add(r, "good-2")
+    with capture_logs() as logs:
+        stored = store_label_stream(ledger, r, consumer="w1")
+    refused = "bad" not in stored_jobs(ledger)
+    assert stored == (2 if refused else 3)
+    assert {"good-1", "good-2"} <= set(stored_jobs(ledger))
+    if refused:
+        assert_reported(logs, "labels.dropped", entry)
+    assert (pending(r), r.xlen(keys.LABEL_STREAM)) == (0, 0)
+
+
+def test_an_outage_while_storing_one_at_a_time_leaves_every_entry_pending(
+    r: redis.Redis, tmp_path: Path
+) -> None:
+    with Ledger(f"sqlite:///{tmp_path / 'l.db'}") as ledger:
+        ledger.migrate()
+        add(r, "good-1")
+        add(r, "bad", labels=json.dumps([label("bad", weight=0.0)]))
+        add(r, "good-2")
+        original = ledger.store_labels
+        calls: list[int] = []
+
+        def down_after_the_batch(found):  # type: ignore[no-untyped-def]
+            calls.append(len(found))
+            if len(calls) == 1:
+                return original(found)  # the batch: refused for the bad entry's row
+            raise LedgerUnavailable("ledger unavailable at sqlite: gone")
+
+        ledger.store_labels = down_after_the_batch  # type: ignore[method-assign]
+        with pytest.raises(LedgerUnavailable):
+            store_label_stream(ledger, r, consumer="w1")
+        assert calls == [3, 1]
+        assert pending(r) == 3  # nothing acknowledged: the next round stores them
+        ledger.store_labels = original  # type: ignore[method-assign]
+        assert store_label_stream(ledger, r, consumer="w1") == 2
+        assert stored_jobs(ledger) == ["good-1", "good-2"]
+    assert (pending(r), r.xlen(keys.LABEL_STREAM)) == (0, 0)
+
+
+def test_an_unreachable_ledger_leaves_every_entry_pending(r: redis.Redis) -> None:
+    add(r, "good-1")
+    add(r, "good-2")
+    unreachable = Ledger("postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=1")
+    with unreachable as ledger, pytest.raises(LedgerUnavailable):
+        store_label_stream(ledger, r, consumer="w1")
+    assert (pending(r), r.xlen(keys.LABEL_STREAM)) == (2, 2)
