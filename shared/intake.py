@@ -24,7 +24,7 @@ to two streams is two records. Records live in the Redis of the reply streams
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,16 +129,45 @@ class IntakeRecord:
 
     @classmethod
     def parse(cls, member: str, text: str) -> IntakeRecord:
-        reply_to, job_id = json.loads(member)
-        stored = json.loads(text)
-        return cls(
-            member=member,
-            reply_to=reply_to,
-            job_id=str(job_id),
-            message_id=str(stored["message"]),
-            attempts=int(stored.get("attempts", 0)),
-            job=stored["job"],
-        )
+        """The record stored as ``text`` under ``member``. ``ValueError`` if it cannot be read
+        (a hand edit, another program's key): its text says what is wrong, never quoting the
+        record, which holds the job's body."""
+        pair = _json(member, "member")
+        if not (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and isinstance(pair[0], str | None)
+            and isinstance(pair[1], str)
+        ):
+            raise ValueError("member is not a [stream, job id] pair")
+        stored = _json(text, "record")
+        if not isinstance(stored, dict):
+            raise ValueError("record is not a JSON object")
+        message_id, job = stored.get("message"), stored.get("job")
+        attempts = stored.get("attempts", 0)
+        if not isinstance(message_id, str):
+            raise ValueError("record names no message")
+        if not isinstance(attempts, int) or isinstance(attempts, bool):
+            raise ValueError("record's attempts is not an integer")
+        if not isinstance(job, dict):
+            raise ValueError("record's job is not a JSON object")
+        return cls(member, pair[0], pair[1], message_id, attempts, job)
+
+
+def _json(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise ValueError(f"{what} is not JSON") from None
+
+
+def _text(value: bytes | str, what: str) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        raise ValueError(f"{what} is not UTF-8") from None
 
 
 @dataclass(frozen=True)
@@ -188,7 +217,7 @@ class IntakeBook:
         text = IntakeRecord.text(message_id, json.dumps(record.job), record.attempts + 1)
         self.redis.hset(keys.INTAKE_JOBS, record.member, text)
 
-    def forget(self, members: Iterable[str]) -> None:
+    def forget(self, members: Iterable[str | bytes]) -> None:
         """Drop records: their jobs were taken by a worker (or given up)."""
         listed = list(members)
         if not listed:
@@ -198,11 +227,31 @@ class IntakeBook:
         pipe.hdel(keys.INTAKE_JOBS, *listed)
         pipe.execute()
 
-    def take(self, older_than_s: float, limit: int) -> list[IntakeRecord]:
-        """Up to ``limit`` records older than ``older_than_s`` (Redis time), re-timed to now."""
+    def take(
+        self,
+        older_than_s: float,
+        limit: int,
+        unreadable: Callable[[str, str], None] | None = None,
+    ) -> list[IntakeRecord]:
+        """Up to ``limit`` records older than ``older_than_s`` (Redis time), re-timed to now.
+
+        A record that cannot be read is dropped, not returned: no reaper can republish its
+        job, and raising would hold back every other record of the batch, round after round.
+        ``unreadable`` is told its member and what is wrong (``IntakeRecord.parse``)."""
         answer = self._take(keys=[keys.INTAKE_TIMES, keys.INTAKE_JOBS], args=[older_than_s, limit])
-        pairs = [v.decode() if isinstance(v, bytes) else str(v) for v in answer[1:]]
-        return [IntakeRecord.parse(m, t) for m, t in zip(pairs[::2], pairs[1::2], strict=True)]
+        taken = answer[1:]
+        records: list[IntakeRecord] = []
+        dropped: list[str | bytes] = []
+        for member, text in zip(taken[::2], taken[1::2], strict=True):
+            try:
+                records.append(IntakeRecord.parse(_text(member, "member"), _text(text, "record")))
+            except ValueError as exc:
+                dropped.append(member)  # as stored: a member not UTF-8 is deleted too
+                if unreadable is not None:
+                    shown = member.decode(errors="replace") if isinstance(member, bytes) else member
+                    unreadable(shown, str(exc))
+        self.forget(dropped)
+        return records
 
     def counts(self, overdue_after_s: float) -> IntakeCounts:
         seconds, micros = self.redis.time()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from shared import keys
 from shared.client import Client
@@ -159,4 +160,102 @@ def test_recovery_republishes_big_jobs_in_messages_under_the_cap(tmp_path: Path)
         assert len(published) > 1
         for sent in published:  # what kombu puts on the queue: base64 of the body's JSON
             assert len(json.dumps(sent)) * 4 / 3 < cap
+        ledger.dispose()
+
+
+#: A well-formed stored record; the canary is in its job's body, which no log line may carry.
+RECORD = '{"message":"m-2","attempts":0,"job":{"id":"CANARY-BODY"}}'
+#: A record no reader can make sense of (a hand edit, a truncated write, another program's key),
+#: as (member, stored text).
+UNREADABLE: dict[str, tuple[str | bytes, str | bytes]] = {
+    "record not JSON": ('["u","bad"]', RECORD[:-2]),
+    "member not JSON": ("not-json", RECORD),
+    "member not a pair": ('"ab"', RECORD),
+    "member not UTF-8": (b'["u","\xff"]', RECORD),
+    "record not an object": ('["u","bad"]', '["CANARY-BODY",2]'),
+    "no message": ('["u","bad"]', RECORD.replace('"message":"m-2",', "")),
+    "attempts not a number": ('["u","bad"]', RECORD.replace('"attempts":0', '"attempts":"x"')),
+    "job not an object": ('["u","bad"]', '{"message":"m-2","attempts":0,"job":"CANARY-BODY"}'),
+    "not UTF-8": ('["u","bad"]', RECORD.replace("BODY", "BODY\xff").encode("latin-1")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNREADABLE))
+def test_an_unreadable_record_is_reported_and_dropped_and_the_others_recovered(
+    tmp_path: Path, case: str
+) -> None:
+    member, text = UNREADABLE[case]
+    with redis_database(REDIS_DB) as r:
+        ledger = Ledger(settings_for(tmp_path).ledger_url)
+        ledger.migrate()
+        book = IntakeBook(r)
+        good = intake_member("u", "good-1")
+        book.record([(good, '{"id": "good-1"}')], "m-1")  # its message was lost
+        r.hset(keys.INTAKE_JOBS, member, text)
+        r.zadd(keys.INTAKE_TIMES, {good: 0, member: 0})  # both long overdue
+        published: list[list[dict[str, Any]]] = []
+        with capture_logs() as logs:
+            done = asyncio.run(
+                recover_intake(
+                    ledger,
+                    book,
+                    r,
+                    lambda jobs, _message_id: published.append(jobs),
+                    older_than_s=1,
+                    chunk_size=10,
+                )
+            )
+        assert published == [[{"id": "good-1"}]]
+        assert (done.taken, done.republished, done.unreadable) == (1, 1, 1)
+        # Dropped: no later round trips over it again.
+        assert not r.hexists(keys.INTAKE_JOBS, member)
+        assert r.zscore(keys.INTAKE_TIMES, member) is None
+        [line] = [e for e in logs if e["event"] == "intake.unreadable"]
+        named = member.decode(errors="replace") if isinstance(member, bytes) else member
+        assert line["log_level"] == "error" and line["member"] == named
+        assert "CANARY-BODY" not in repr(logs)
+        ledger.dispose()
+
+
+def test_odd_envelopes_in_the_broker_hold_no_task_and_do_not_stop_recovery(
+    tmp_path: Path,
+) -> None:
+    # Anything a hand or another program may have pushed onto the queue, or left unacknowledged.
+    odd = [
+        {"headers": "x"},
+        {"headers": ["id"]},
+        {"headers": {}, "properties": "x"},
+        {"properties": ["correlation_id"]},
+        {"headers": {"id": 7}},
+        "a string",
+        [],
+    ]
+    with redis_database(REDIS_DB) as r:
+        ledger = Ledger(settings_for(tmp_path).ledger_url)
+        ledger.migrate()
+        for envelope in odd:
+            r.lpush(keys.CELERY_QUEUE, json.dumps(envelope))
+        r.lpush(keys.CELERY_QUEUE, json.dumps({"headers": {"id": "m-held"}}))
+        by_correlation = {"headers": None, "properties": {"correlation_id": "m-corr"}}
+        r.lpush(keys.CELERY_QUEUE, json.dumps(by_correlation))
+        seconds, _ = r.time()
+        r.hset("unacked", "tag-odd", json.dumps([{"headers": "x"}, "", keys.CELERY_QUEUE]))
+        r.zadd("unacked_index", {"tag-odd": seconds})
+        assert held_message_ids(r, stale_after_s=60) == {"m-held", "m-corr"}
+        book = IntakeBook(r)
+        lost = intake_member("u", "lost-1")
+        book.record([(lost, '{"id": "lost-1"}')], "m-1")
+        r.zadd(keys.INTAKE_TIMES, {lost: 0})
+        published: list[list[dict[str, Any]]] = []
+        done = asyncio.run(
+            recover_intake(
+                ledger,
+                book,
+                r,
+                lambda jobs, _message_id: published.append(jobs),
+                older_than_s=1,
+                chunk_size=10,
+            )
+        )
+        assert published == [[{"id": "lost-1"}]] and done.republished == 1
         ledger.dispose()

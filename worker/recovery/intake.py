@@ -7,7 +7,9 @@ before the message was published; a worker forgets the records of the jobs it ra
 
 1. take up to ``BATCH`` records older than ``DECISIONS_INTAKE_GRACE_S`` (Redis time; taking
    re-times them, so that two reapers do not both act on one, and one not acted on now is
-   looked at again a grace later);
+   looked at again a grace later). A record that cannot be read is dropped and logged
+   (``intake.unreadable``): its job cannot be republished, and it must not hold back the
+   others;
 2. a job the ledger finished on that stream is not lost: its record is dropped (the outbox
    relay publishes its message if need be). One opened and not finished still needs a
    delivery (its worker may have died after opening it, its message stuck, below): it goes
@@ -25,6 +27,7 @@ before the message was published; a worker forgets the records of the jobs it ra
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sys
 import uuid
@@ -64,6 +67,8 @@ MAX_ATTEMPTS = 5
 #: (its default key names).
 UNACKED_HASH = "unacked"
 UNACKED_INDEX = "unacked_index"
+#: Characters of an unreadable record's member logged (any key may be there, of any size).
+MEMBER_SHOWN = 200
 
 #: Publish these jobs as one message with this task id.
 Publish = Callable[[list[dict[str, Any]], str], None]
@@ -79,6 +84,8 @@ class IntakeRound:
     held: int = 0
     republished: int = 0
     abandoned: int = 0
+    #: Records that could not be read: dropped (not counted in ``taken``).
+    unreadable: int = 0
     #: Set when the broker's backlog was too deep to read: nothing was republished.
     backlog: int | None = None
 
@@ -92,8 +99,12 @@ def _task_id(stored: bytes | str) -> str | None:
         envelope = envelope[0]
     if not isinstance(envelope, dict):
         return None
-    headers = envelope.get("headers") or {}
-    found = headers.get("id") or (envelope.get("properties") or {}).get("correlation_id")
+    # Anything may have been pushed onto the queue (by hand, by another program): only an
+    # object is read for headers or properties; anything else holds no task id.
+    headers, properties = envelope.get("headers"), envelope.get("properties")
+    found = headers.get("id") if isinstance(headers, dict) else None
+    if not found and isinstance(properties, dict):
+        found = properties.get("correlation_id")
     return found if isinstance(found, str) else None
 
 
@@ -121,6 +132,17 @@ def held_message_ids(
     return {task_id for raw in stored if (task_id := _task_id(raw)) is not None}
 
 
+def _unreadable(done: IntakeRound, member: str, reason: str) -> None:
+    """``IntakeBook.take`` dropped a record it could not read (never logs its job's body)."""
+    done.unreadable += 1
+    log.error(
+        "intake.unreadable",
+        member=member[:MEMBER_SHOWN],
+        reason=reason,
+        hint="dropped: not a record a producer wrote; if its job was lost, submit it again",
+    )
+
+
 def _finished(ledger: Ledger, record: IntakeRecord) -> bool:
     row = ledger.get_job(record.job_id)
     return row is not None and row.reply_to == record.reply_to and row.terminal_type is not None
@@ -140,7 +162,9 @@ async def recover_intake(
 ) -> IntakeRound:
     """One round of recovery (module doc); every step's blocking I/O off the loop."""
     done = IntakeRound()
-    records = await asyncio.to_thread(book.take, older_than_s, batch)
+    records = await asyncio.to_thread(
+        book.take, older_than_s, batch, functools.partial(_unreadable, done)
+    )
     done.taken = len(records)
     if not records:
         return done
