@@ -193,8 +193,12 @@ class EscalationQueue:
             pipe.xrange(self.stream, min=entry_id, max=entry_id)
         bodies: list[Any] = pipe.execute()
         found = []
+        gone = []
         for item, rows in zip(pending, bodies, strict=True):
             entry_id = _text(item["message_id"])
+            if not rows:
+                gone.append(entry_id)
+                continue
             entry = self._decode(entry_id, rows)
             if entry is None:
                 continue
@@ -211,6 +215,13 @@ class EscalationQueue:
                     idle_s=int(item["time_since_delivered"]) / 1000,
                 )
             )
+        if gone:
+            # Pending in the group with no body (a trim, XTRIM, or XDEL removed it): nobody
+            # can ever open it, and left pending it was counted as open for good. A stream
+            # id never comes back, so acknowledging it loses nothing.
+            self.redis.xack(self.stream, self.group, *gone)
+            for entry_id in gone:
+                self.on_skip(entry_id, "its body is gone (trimmed or deleted from the stream)")
         return self._without_resolved(found)
 
     def _without_resolved(self, found: list[OpenEscalation]) -> list[OpenEscalation]:
@@ -289,6 +300,9 @@ class EscalationQueue:
         """Check ``answer``, publish it as the job's resolution and close the escalation, in
         one step; ``AlreadyResolved`` (naming who and when) if the job was resolved before,
         ``EscalationNotFound`` if the entry is closed or ``reviewer`` does not hold it."""
+        # The queue's own consumer name holds every waiting entry: as a reviewer's name it
+        # would pass the holder check and resolve what nobody claimed.
+        _check_reviewer(reviewer)
         try:
             rows: Any = self.redis.xrange(self.stream, min=entry_id, max=entry_id)
         except redis.ResponseError:  # not an entry id at all

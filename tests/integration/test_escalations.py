@@ -15,7 +15,7 @@ import redis
 
 from shared import keys
 from shared.errors import AlreadyResolved, EscalationNotFound, ResolutionInvalid
-from shared.escalations import EscalationQueue
+from shared.escalations import QUEUE_CONSUMER, EscalationQueue
 from shared.job_parsing import parse_job
 from shared.replies import Answer, EscalationMessage
 from shared.streams import publish_once, read_entries, read_stream
@@ -285,6 +285,51 @@ def test_an_entry_that_does_not_parse_is_skipped_and_reported(r: redis.Redis) ->
     assert q.claim("ann") is None
     with pytest.raises(EscalationNotFound):
         q.resolve(bad_ids[0], "ann", {"team": "sales"})
+
+
+def test_json_nested_too_deep_is_one_skipped_entry(r: redis.Redis) -> None:
+    escalate(r, "j1")
+    deep = "[" * 100_000 + "]" * 100_000  # deeper than Python's parser goes
+    bad = _text(r.xadd(STREAM, {"job_id": "j2", "type": "escalation", "message": deep}))
+    escalate(r, "j3")
+    skipped: list[tuple[str, str]] = []
+    q = queue(r, skipped=skipped)
+    assert [e.message.job_id for e in q.open()] == ["j1", "j3"]
+    assert skipped == [(bad, "its message is not JSON")]
+    assert q.claim("ann").message.job_id == "j1"  # type: ignore[union-attr]
+
+
+def test_entries_trimmed_or_deleted_while_open_are_closed_and_reported(r: redis.Redis) -> None:
+    for job_id in ("j1", "j2", "j3", "j4"):
+        escalate(r, job_id)
+    skipped: list[tuple[str, str]] = []
+    q = queue(r, skipped=skipped)
+    ids = [e.entry_id for e in q.open()]  # all four pending in the group now
+    r.xtrim(STREAM, maxlen=2, approximate=False)  # an operator capping the stream's memory
+    r.xdel(STREAM, ids[2])
+    assert [e.message.job_id for e in q.open()] == ["j4"]
+    gone = "its body is gone (trimmed or deleted from the stream)"
+    assert skipped == [(entry_id, gone) for entry_id in ids[:3]]
+    assert r.xpending(STREAM, keys.ESCALATION_GROUP)["pending"] == 1  # acknowledged: not open
+    assert [e.message.job_id for e in q.open()] == ["j4"] and len(skipped) == 3  # reported once
+
+
+def test_a_naive_created_at_is_read_as_utc(r: redis.Redis) -> None:
+    escalate(r, "j1")
+    [good] = list(read_entries(r, STREAM))
+    naive = json.loads(good.message) | {"job_id": "j2", "created_at": "2024-01-01T00:00:00"}
+    r.xadd(STREAM, {**good.fields, "job_id": "j2", "message": json.dumps(naive)})
+    ages = {e.message.job_id: e.age_s for e in queue(r).open()}
+    assert ages["j2"] == pytest.approx((datetime.now(UTC) - datetime(2024, 1, 1, tzinfo=UTC))
+                                       .total_seconds(), abs=60)
+
+
+def test_the_queue_s_own_consumer_name_cannot_resolve(r: redis.Redis) -> None:
+    escalate(r, "j1")
+    [entry] = queue(r).open()
+    with pytest.raises(ValueError, match="reserved"):
+        queue(r).resolve(entry.entry_id, QUEUE_CONSUMER, {"team": "sales"})
+    assert resolutions(r) == [] and [e.holder for e in queue(r).open()] == [None]
 
 
 def _text(value: object) -> str:
