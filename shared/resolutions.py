@@ -16,7 +16,7 @@ from shared.errors import FieldProblem, ResolutionInvalid
 from shared.questions import fixed_floor
 from shared.replies import Answer, EscalationMessage
 
-__all__ = ["MenuAnswerChecker", "check_resolution"]
+__all__ = ["MenuAnswerChecker", "check_resolution", "questions_problem"]
 
 #: Validates a reviewer's pick for a menu escalation; returns the resolved value.
 MenuAnswerChecker = Callable[[EscalationMessage, Any], Any]
@@ -32,6 +32,9 @@ def check_resolution(
         if menu_checker is None:
             raise ResolutionInvalid([FieldProblem("answer", "menu answers need the menu engine")])
         return menu_checker(escalation, answer)
+    unreadable = questions_problem(escalation)
+    if unreadable is not None:
+        raise ResolutionInvalid([FieldProblem("(escalation)", unreadable)])
     questions: dict[str, Any] = escalation.context.get("questions", {})
     if not isinstance(answer, dict):
         raise ResolutionInvalid([FieldProblem("answer", "an object of question id to value")])
@@ -55,6 +58,41 @@ def check_resolution(
     if problems:
         raise ResolutionInvalid(problems)
     return resolved
+
+
+def questions_problem(escalation: EscalationMessage) -> str | None:
+    """Why a decide escalation's questions cannot be resolved (None: they can).
+
+    The worker writes them as its jobs' questions; an escalation entry is anyone's to write,
+    though, and other JSON there (criteria that are a number, levels that are not text, a
+    floor that is a string) made the check below fail with a TypeError, a "bug" to whoever
+    resolved it. The console lists such an entry as unreadable for the same reason."""
+    questions = escalation.context.get("questions", {})
+    if not isinstance(questions, dict):
+        return "its questions are not an object: it cannot be resolved"
+    for qid, question in questions.items():
+        problem = _question_problem(question)
+        if problem is not None:
+            return f"its question {str(qid)[:80]!r} {problem}: it cannot be resolved"
+    return None
+
+
+def _question_problem(question: Any) -> str | None:
+    if not isinstance(question, dict):
+        return "is not an object"
+    kind, criteria = question.get("type"), question.get("criteria")
+    if kind == "choice" and not (isinstance(criteria, dict) and criteria):
+        return "is a choice without an object of options"
+    if kind == "score" and not (
+        isinstance(criteria, list) and criteria and all(isinstance(c, str) for c in criteria)
+    ):
+        return "is a score without a list of levels"
+    if kind not in ("noul", "choice", "score"):
+        return f"has the type {str(kind)[:40]!r}, not noul, choice or score"
+    floor = fixed_floor(question.get("escalate_below"))
+    if not (floor is None or (isinstance(floor, int | float) and not isinstance(floor, bool))):
+        return "has an escalate_below that is not a number"
+    return None
 
 
 def _needed(escalation: EscalationMessage) -> set[str]:

@@ -27,7 +27,7 @@ from shared.errors import ResolutionInvalid
 from shared.judgments.requests import item_index
 from shared.questions import fixed_floor
 from shared.replies import Answer, EscalationMessage
-from shared.resolutions import check_resolution
+from shared.resolutions import check_resolution, questions_problem
 
 __all__ = [
     "BULK_CHOICES",
@@ -62,8 +62,6 @@ BULK_CHOICES: Final = (
 #: Questions (sift items) shown on one page of a big escalation.
 PAGE_SIZE: Final = 100
 _INDEX = re.compile(r"^\d{1,3}$")
-#: What a question's floor may be, as ``fixed_floor`` reads it (no floor: None).
-_FLOOR: Final = (int, float, type(None))
 
 
 @dataclass(frozen=True)
@@ -95,15 +93,10 @@ class DecideField:
 
 
 def questions_readable(message: EscalationMessage) -> bool:
-    """Whether the form can be built of the questions, and ``check_resolution`` read them: an
-    object of question objects, each floor a number. An entry is anyone's to write; one with
-    other JSON there is listed as unreadable (it could not be resolved either: ``resolve``
-    reads the questions the same way)."""
-    questions = message.context.get("questions", {})
-    return isinstance(questions, Mapping) and all(
-        isinstance(q, Mapping) and isinstance(fixed_floor(q.get("escalate_below")), _FLOOR)
-        for q in questions.values()
-    )
+    """Whether the form can be built of the questions: whether ``check_resolution`` can read
+    them (``questions_problem``). An entry is anyone's to write; one with other JSON there is
+    listed as unreadable (it could not be resolved either)."""
+    return questions_problem(message) is None
 
 
 def decide_fields(message: EscalationMessage) -> list[DecideField]:
