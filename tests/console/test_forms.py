@@ -270,6 +270,10 @@ def test_questions_of_another_shape_are_not_readable() -> None:
     def shaped(questions: object) -> EscalationMessage:
         return good.model_copy(update={"context": {**good.context, "questions": questions}})
 
-    for questions in (["x"], {"a": "x"}, None, {"a": {"type": "noul", "escalate_below": "x"}}):
+    unreadable = (
+        ["x"], {"a": "x"}, None, {"a": {"type": "noul", "escalate_below": "x"}},
+        {"a": {"type": "?"}},  # no answer of an unknown type could be checked either
+    )
+    for questions in unreadable:
         assert not questions_readable(shaped(questions)), questions
-    assert questions_readable(shaped({})) and questions_readable(shaped({"a": {"type": "?"}}))
+    assert questions_readable(shaped({}))
