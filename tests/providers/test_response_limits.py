@@ -15,7 +15,7 @@ import pytest
 
 from shared.errors import DecisionProviderError
 from shared.settings import Settings
-from worker.http.body import ResponseTooLarge, read_body
+from worker.http.body import ResponseTooLarge, read_body, read_prefix
 from worker.http.connection_pool import sharded_client
 from worker.providers import (
     AuthSpec,
@@ -73,6 +73,24 @@ def _assert_processed_not_resent(error: DecisionProviderError, server: LoopbackS
 async def test_a_body_over_the_limit_is_refused_and_not_sent_again() -> None:
     error, server = await _refused(Reply(body=b"x" * (LIMIT + 1)))
     _assert_processed_not_resent(error, server)
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "code"),
+    [
+        (500, {}, "outcome_unknown"),
+        (429, {}, "rate_limited"),
+        (401, {}, "auth"),
+        (500, {"Content-Encoding": "gzip"}, "outcome_unknown"),
+    ],
+)
+async def test_an_error_with_a_huge_body_keeps_its_status_s_meaning(
+    status: int, headers: dict[str, str], code: str
+) -> None:
+    page = b"<html>" + b"x" * (LIMIT + 1)
+    body = gzip.compress(page) if headers else page
+    error, server = await _refused(Reply(status=status, headers=headers, body=body))
+    assert error.code == code and server.requests == 1
 
 
 async def test_a_body_at_the_limit_is_read() -> None:
@@ -164,3 +182,23 @@ async def test_a_body_a_transport_built_in_memory_is_held_to_the_limit_too() -> 
         with pytest.raises(DecisionProviderError) as info:
             await _send(client, "http://provider.test")
     assert info.value.code == "invalid_response"
+
+
+@pytest.mark.parametrize("coding", ["identity", "gzip"])
+async def test_a_prefix_is_the_body_s_first_bytes_decoded(coding: str) -> None:
+    page = bytes(range(256)) * 4096  # 1 MiB
+    raw = gzip.compress(page) if coding == "gzip" else page
+
+    class _Chunks(httpx.AsyncByteStream):
+        async def __aiter__(self):  # type: ignore[no-untyped-def]
+            for i in range(0, len(raw), 65_536):
+                yield raw[i : i + 65_536]
+
+    def response() -> httpx.Response:
+        return httpx.Response(
+            200, headers={"Content-Encoding": coding}, stream=_Chunks(),
+            request=httpx.Request("GET", "http://h/"),
+        )
+
+    assert await read_prefix(response(), 100_000) == page[:100_000]
+    assert await read_prefix(response(), 2 * len(page)) == page

@@ -25,7 +25,7 @@ import zlib
 
 import httpx
 
-__all__ = ["ResponseTooLarge", "read_body"]
+__all__ = ["ResponseTooLarge", "read_body", "read_prefix"]
 
 
 class ResponseTooLarge(httpx.DecodingError):
@@ -74,53 +74,77 @@ async def read_body(response: httpx.Response, limit: int) -> bytes:
     """The decoded body of a streamed ``response``, at most ``limit`` bytes; the response is
     closed either way. Raises ``ResponseTooLarge`` past the limit, ``httpx.DecodingError``
     for a body its content coding cannot undo."""
+    body, whole = await _read(response, limit, prefix=False)
+    if not whole:
+        raise ResponseTooLarge(_too_large(limit), request=response.request)
+    return body
+
+
+async def read_prefix(response: httpx.Response, limit: int) -> bytes:
+    """At most the first ``limit`` bytes of the decoded body; the rest is not read (the
+    connection is closed). For a body only looked into, as an error's is for its kind."""
+    return (await _read(response, limit, prefix=True))[0]
+
+
+async def _read(response: httpx.Response, limit: int, *, prefix: bool) -> tuple[bytes, bool]:
+    """The body up to ``limit`` bytes, and whether that is all of it; closed either way. Not
+    ``prefix``: nothing is read of a body whose declared length is over the limit."""
     try:
         if response.is_stream_consumed:
             # A transport that built its response from bytes (an in-process fake, a mock):
             # httpx decoded them already, and they are in memory whatever is decided here.
-            if len(response.content) > limit:
-                raise ResponseTooLarge(_too_large(limit), request=response.request)
-            return response.content
+            return response.content[:limit], len(response.content) <= limit
         stages = [_Inflate(coding, limit) for coding in _codings(response)]
         declared = response.headers.get("content-length", "")
         # Only an uncompressed body's length is its size in memory; a compressed one is
         # counted as it inflates.
-        if not stages and declared.isdigit() and int(declared) > limit:
-            raise ResponseTooLarge(_too_large(limit), request=response.request)
+        if not prefix and not stages and declared.isdigit() and int(declared) > limit:
+            return b"", False
         parts: list[bytes] = []
-        size = 0
-        async for raw in response.aiter_raw():
-            size += _add(parts, _through(stages, raw), limit, size)
-        size += _add(parts, _ended(stages), limit, size)
-        return b"".join(parts)
+        room = limit
+        try:
+            async for raw in response.aiter_raw():
+                room = _add(parts, _through(stages, raw), room)
+            _add(parts, _ended(stages), room)
+        except _Full:
+            return b"".join(parts), False
+        return b"".join(parts), True
     finally:
         await response.aclose()
 
 
+class _Full(Exception):
+    """The limit is reached with more to come."""
+
+
 def _through(stages: list[_Inflate], data: bytes) -> bytes:
-    for stage in stages:
+    """``data`` through every stage. The last one's output, one byte past the limit at most,
+    is counted by ``_add``; an earlier one past it means the body is over."""
+    for i, stage in enumerate(stages):
         data = stage.feed(data)
-        if stage.size > stage.limit:
-            raise ResponseTooLarge(_too_large(stage.limit))
+        if stage.size > stage.limit and i < len(stages) - 1:
+            raise _Full
     return data
 
 
 def _ended(stages: list[_Inflate]) -> bytes:
     """What the stages still hold once the raw stream ended, through the later stages."""
     tail = b""
-    for stage in stages:
+    for i, stage in enumerate(stages):
         tail = stage.feed(tail) + stage.end()
-        if stage.size > stage.limit:
-            raise ResponseTooLarge(_too_large(stage.limit))
+        if stage.size > stage.limit and i < len(stages) - 1:
+            raise _Full
     return tail
 
 
-def _add(parts: list[bytes], data: bytes, limit: int, size: int) -> int:
-    if size + len(data) > limit:
-        raise ResponseTooLarge(_too_large(limit))
+def _add(parts: list[bytes], data: bytes, room: int) -> int:
+    """Keep ``data`` in ``parts`` as far as ``room`` goes; the room left (``_Full`` past it)."""
+    if len(data) > room:
+        parts.append(data[:room])
+        raise _Full
     if data:
         parts.append(data)
-    return len(data)
+    return room - len(data)
 
 
 def _too_large(limit: int) -> str:

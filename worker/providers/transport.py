@@ -68,7 +68,7 @@ import httpx
 
 from shared.errors import DecisionProviderError, ProviderErrorCode
 from shared.scrub import remove_secrets
-from worker.http.body import read_body
+from worker.http.body import read_body, read_prefix
 from worker.http.connection_pool import drop_read_stream
 from worker.providers.failures import AGAIN, Phase, failure_of
 from worker.providers.limiter import Limiter, NoLimiter
@@ -91,6 +91,8 @@ logger = logging.getLogger(__name__)
 
 #: Redirect statuses: a decision API answering one did not process the POST (wrong base URL).
 _REDIRECT_NOT_PROCESSED = frozenset({301, 302, 307, 308})
+#: What is read of an error response's body (``error_details`` looks into it).
+ERROR_BODY_BYTES = 64 * 1024
 #: How much longer than httpx's per-phase timeout the whole attempt may take.
 _OUTER_GRACE_S = 0.05
 _SAFE_REF = re.compile(r"^[A-Za-z0-9._:/\-]{1,128}$")
@@ -224,7 +226,13 @@ class _Call:
                     response = await self.client.send(self._build(budget, phase), stream=True)
                     # Read here, under the cap (``worker.http.body``): a body's failure is
                     # classified as the send's, after the request left.
-                    body = await read_body(response, self.policy.max_response_bytes)
+                    if 200 <= response.status_code < 300:
+                        body = await read_body(response, self.policy.max_response_bytes)
+                    else:
+                        # An error's body is only looked into (its kind, a request id): its
+                        # start is enough, and a 429 or 500 with a page of megabytes stays
+                        # what its status says, not an answer too big to read.
+                        body = await read_prefix(response, ERROR_BODY_BYTES)
                 drop_read_stream(response)  # httpx's reference cycle (its docstring)
             finally:
                 await self.limiter.release(token)
