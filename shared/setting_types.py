@@ -13,15 +13,26 @@ from pydantic import AfterValidator, BaseModel, Field
 from shared.scrub import mask_url
 
 __all__ = [
+    "MAX_SECONDS",
     "ChatHost",
     "ConsoleUser",
     "MaskedRepr",
     "MaskedUrl",
     "OptionalUrl",
     "ProviderLimit",
+    "Seconds",
     "SystemOneHost",
     "Url",
+    "WholeSeconds",
 ]
+
+#: The longest time any setting may give (ten years). Times become deadlines, leases and
+#: TTLs (a datetime plus the setting, Redis milliseconds): ``inf`` or 1e15 s passed
+#: validation and then broke every job with an OverflowError past year 9999.
+MAX_SECONDS = 10 * 365 * 24 * 3600
+#: A setting in seconds (``_s``): at most ``MAX_SECONDS``.
+Seconds = Annotated[float, Field(le=MAX_SECONDS)]
+WholeSeconds = Annotated[int, Field(le=MAX_SECONDS)]
 
 
 class MaskedUrl(str):
@@ -67,7 +78,7 @@ class SystemOneHost(MaskedRepr):
     default_model: str | None = None
     models: list[str] = Field(default_factory=list, description="models served; empty = any")
     #: USD per million input tokens, booked as an estimate when the host reports no cost.
-    price_per_mtok_usd: float | None = None
+    price_per_mtok_usd: float | None = Field(None, ge=0, allow_inf_nan=False)
     path: str = "/v1/systemone"
     request_id_header: str | None = None
 

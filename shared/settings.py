@@ -35,8 +35,10 @@ from shared.setting_types import (
     MaskedRepr,
     OptionalUrl,
     ProviderLimit,
+    Seconds,
     SystemOneHost,
     Url,
+    WholeSeconds,
 )
 
 __all__ = [
@@ -61,6 +63,8 @@ class Settings(BaseSettings, MaskedRepr):
         env_nested_delimiter="__",
         # A validation error shows no input: it may be a URL with its password.
         hide_input_in_errors=True,
+        # No setting means infinity or NaN: "inf" seconds or dollars passed, then overflowed.
+        allow_inf_nan=False,
     )
 
     # --- where things live -------------------------------------------------------------
@@ -69,7 +73,7 @@ class Settings(BaseSettings, MaskedRepr):
         "redis://127.0.0.1:6379/0", description="Redis holding reply and escalation streams"
     )
     ledger_url: Url = Field("sqlite:///./decisions.db", description="SQLAlchemy URL of the ledger")
-    sqlite_busy_timeout_s: float = Field(
+    sqlite_busy_timeout_s: Seconds = Field(
         5.0, ge=0, description="SQLite busy timeout (several processes)"
     )
     ledger_group_commit: bool = Field(
@@ -79,7 +83,7 @@ class Settings(BaseSettings, MaskedRepr):
     # --- providers ---------------------------------------------------------------------
     default_provider: str = Field("faux", description="provider of a job that names none")
     default_model: str | None = Field(None, description="model of a job that names none")
-    provider_timeout_s: float = Field(30.0, gt=0, description="longest single provider request")
+    provider_timeout_s: Seconds = Field(30.0, gt=0, description="longest single provider request")
     max_transport_attempts: int = Field(
         3, ge=1, le=10, description="sends of a provably unsent request"
     )
@@ -135,7 +139,7 @@ class Settings(BaseSettings, MaskedRepr):
         "comma-separated or a JSON list; the worker fetches only from these (empty: a job "
         "with an image ref is rejected)",
     )
-    image_fetch_timeout_s: float = Field(
+    image_fetch_timeout_s: Seconds = Field(
         10.0, gt=0, le=120, description="longest fetch of one image ref from an image store"
     )
 
@@ -168,33 +172,33 @@ class Settings(BaseSettings, MaskedRepr):
     )
 
     # --- deadlines and the ledger --------------------------------------------------------
-    default_timeout_s: float = Field(120.0, gt=0, description="deadline of a job that sets none")
-    deadline_ceiling_s: float = Field(900.0, gt=0, description="longest deadline a job may ask")
-    lease_margin_s: float = Field(30.0, ge=0, description="claim lease = deadline + this margin")
-    visibility_timeout_s: float = Field(
+    default_timeout_s: Seconds = Field(120.0, gt=0, description="deadline of a job that sets none")
+    deadline_ceiling_s: Seconds = Field(900.0, gt=0, description="longest deadline a job may ask")
+    lease_margin_s: Seconds = Field(30.0, ge=0, description="claim lease = deadline + this margin")
+    visibility_timeout_s: Seconds = Field(
         3600.0,
         gt=0,
         description="broker redelivery timeout; must be well above the deadline ceiling",
     )
-    intake_grace_s: float = Field(
+    intake_grace_s: Seconds = Field(
         60.0,
         gt=0,
         description="Redis broker: a job submitted this long ago that no worker took and the "
         "broker no longer holds is republished by the reaper (at most the visibility timeout)",
     )
-    unacked_restore_interval_s: float = Field(
+    unacked_restore_interval_s: Seconds = Field(
         10.0, gt=0, description="how often a worker looks for messages past the visibility timeout"
     )
     unacked_restore_throttle: int = Field(
         10, ge=1, description="scan Redis for them on every Nth look only"
     )
-    time_limit_slack_s: float = Field(
+    time_limit_slack_s: Seconds = Field(
         60.0, gt=0, description="task soft limit = ceiling + lease margin + this; hard: + half more"
     )
-    reaper_interval_s: float = Field(
+    reaper_interval_s: Seconds = Field(
         30.0, ge=0, description="how often a worker escalates expired claims (0: never)"
     )
-    publish_marker_ttl_s: int = Field(
+    publish_marker_ttl_s: WholeSeconds = Field(
         7 * 24 * 3600, gt=0, description="how long publish-once holds"
     )
     accept_volatile_streams: bool = Field(
@@ -256,7 +260,7 @@ class Settings(BaseSettings, MaskedRepr):
         description='per provider, in Redis (JSON: {"openrouter": {"max_in_flight": 50, '
         '"per_second": 20}}); a provider not named is not limited',
     )
-    limit_slot_ttl_s: float = Field(
+    limit_slot_ttl_s: Seconds = Field(
         60.0, gt=0, description="an in-flight slot frees itself after this (a dead worker's)"
     )
 
@@ -270,9 +274,12 @@ class Settings(BaseSettings, MaskedRepr):
     worker_concurrency: int = Field(
         2, ge=1, description="Celery pool processes or threads (prefork, threads, solo pools)"
     )
+    # Twice this is Celery's prefetch count, which stops at 65,535 (past it Celery turns the
+    # limit off: one worker took the whole queue).
     max_in_flight: int = Field(
         256,
         ge=1,
+        le=32_767,
         description="provider requests in flight at once per worker process and provider "
         "(any pool); with the loop pool also the jobs running per provider, and twice as many "
         "jobs reserved (a message counts its jobs, or its bytes by 128 KiB)",
@@ -289,7 +296,7 @@ class Settings(BaseSettings, MaskedRepr):
         description="address the metrics endpoint listens on (with metrics_port); 0.0.0.0 "
         "where a scraper on another host (a container, a pod) reads it",
     )
-    metrics_fleet_interval_s: float = Field(
+    metrics_fleet_interval_s: Seconds = Field(
         15.0, gt=0, description="fleet gauges (ledger, escalations) are read at most this often"
     )
     log_format: Literal["auto", "json", "console"] = Field(
@@ -310,12 +317,13 @@ class Settings(BaseSettings, MaskedRepr):
     gc_first_threshold: int = Field(
         20_000,
         ge=0,
+        le=2**31 - 1,  # gc.set_threshold takes a C int
         description="allocations between the cyclic GC's young collections in a worker "
         "(Python's default is 700; 0 leaves the GC as Python sets it)",
     )
 
     # --- reviewers -----------------------------------------------------------------------
-    escalation_claim_idle_s: float = Field(
+    escalation_claim_idle_s: Seconds = Field(
         900.0, ge=0, description="an escalation claimed this long ago by a silent reviewer returns"
     )
 
@@ -325,7 +333,7 @@ class Settings(BaseSettings, MaskedRepr):
         ge=1,
         description="labels (effective) a calibrated escalate_below needs; fewer: its fallback",
     )
-    calibration_ttl_s: float = Field(
+    calibration_ttl_s: Seconds = Field(
         60.0,
         gt=0,
         description="how long a worker keeps a calibrated threshold before reading labels again",
@@ -349,7 +357,9 @@ class Settings(BaseSettings, MaskedRepr):
     console_users: dict[str, ConsoleUser] = Field(
         default_factory=dict, description="logins by name (JSON); none: nobody can log in"
     )
-    console_session_max_age_s: int = Field(8 * 3600, ge=60, description="a login lasts this long")
+    console_session_max_age_s: WholeSeconds = Field(
+        8 * 3600, ge=60, description="a login lasts this long"
+    )
     console_https_only: bool = Field(
         False,
         description="the console is served over HTTPS (directly or behind a proxy): Secure "
@@ -363,7 +373,7 @@ class Settings(BaseSettings, MaskedRepr):
     console_login_free_failures: int = Field(
         5, ge=1, description="failed logins of an account or address before each waits"
     )
-    console_login_lockout_max_s: int = Field(
+    console_login_lockout_max_s: WholeSeconds = Field(
         900, ge=1, description="longest wait after failed logins (doubling from 2 s)"
     )
     console_password_checks: int = Field(

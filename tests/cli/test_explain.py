@@ -46,6 +46,34 @@ def test_a_setting_out_of_bounds_is_named_by_its_variable(monkeypatch: pytest.Mo
     assert got.exit_code == USAGE
 
 
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        # Each passed validation and then overflowed in every job (a datetime past 9999).
+        ("DECISIONS_DEADLINE_CEILING_S", "inf", "finite"),
+        ("DECISIONS_VISIBILITY_TIMEOUT_S", "1e15", "less than or equal to 315360000"),
+        ("DECISIONS_DEFAULT_TIMEOUT_S", "nan", "finite"),
+        # Past 32,767 Celery's prefetch (twice it) passes 65,535 and Celery turns it off.
+        ("DECISIONS_MAX_IN_FLIGHT", "1000000000", "less than or equal to 32767"),
+        ("DECISIONS_GC_FIRST_THRESHOLD", "99999999999", "less than or equal to 2147483647"),
+        (
+            "DECISIONS_SYSTEMONE_HOSTS",
+            '{"h": {"base_url": "http://h.invalid", "key_env": "K", "price_per_mtok_usd": -5}}',
+            "greater than or equal to 0",
+        ),
+    ],
+)
+def test_settings_that_would_break_every_job_are_refused_at_start(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, says: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValidationError) as caught:
+        Settings()
+    got = explain(caught.value)
+    assert got.problem.startswith(name) and says in got.problem
+    assert got.exit_code == USAGE
+
+
 def test_a_bug_is_reported_as_one_and_points_at_debug() -> None:
     got = explain(ZeroDivisionError("division by zero"))
     assert got.exit_code == RUNTIME
