@@ -139,7 +139,7 @@ class Settings(BaseSettings, MaskedRepr):
         "comma-separated or a JSON list; the worker fetches only from these (empty: a job "
         "with an image ref is rejected)",
     )
-    image_fetch_timeout_s: Seconds = Field(
+    image_fetch_timeout_s: float = Field(
         10.0, gt=0, le=120, description="longest fetch of one image ref from an image store"
     )
 
