@@ -22,6 +22,13 @@ Figures (``report``):
 - per candidate threshold ``t``: the share that would escalate (``confidence < t``, a
   missing confidence escalates as the worker does) and the accuracy of the rest.
 
+A label that cannot count is left out of every figure (``countable``; ``Report.left_out``
+says how many): a probability or confidence that is NaN, infinite or outside [0, 1], a weight
+that is not finite and positive or above ``MAX_WEIGHT``. The ledger's labels are also written
+by hand, restored or sent by another producer, and one such label must neither raise (a NaN
+has no bin, ``1e308`` overflows the Brier square) nor, by its sheer weight, stand for every
+label of its group.
+
 Intervals are **Wilson score intervals** (``wilson``) at ``level`` (95 % by default). With
 unequal weights the proportion is the weighted one, and ``n`` the effective sample size
 ``p(1-p) / v``, ``v`` the linearised (sandwich) variance of the weighted proportion,
@@ -48,6 +55,7 @@ __all__ = [
     "DEFAULT_LEVEL",
     "DEFAULT_MIN_LABELS",
     "DEFAULT_THRESHOLDS",
+    "MAX_WEIGHT",
     "Bin",
     "Interval",
     "Report",
@@ -56,6 +64,7 @@ __all__ = [
     "Suggestion",
     "ThresholdRow",
     "brier",
+    "countable",
     "expected_calibration_error",
     "reliability",
     "report",
@@ -73,6 +82,11 @@ DEFAULT_MIN_LABELS: Final = 30
 #: 0.00, 0.05, ..., 0.95 and 0.97, 0.99: what the trade-off table lists and ``suggest`` tries.
 DEFAULT_THRESHOLDS: Final = (*(round(i * 0.05, 2) for i in range(20)), 0.97, 0.99)
 
+#: The heaviest label that counts: an audit at a rate of one in a billion. Heavier is no
+#: audit rate the worker would be given, and its square (the interval's variance) would
+#: swamp every other label's, or overflow.
+MAX_WEIGHT: Final = 1e9
+
 Rule = Literal["estimate", "lower"]
 
 
@@ -84,6 +98,16 @@ class Scored:
     confidence: float | None = None
     probability: float | None = None
     weight: float = 1.0
+
+
+def countable(label: Scored) -> bool:
+    """Whether a label can count: a probability and a confidence that are absent or in
+    [0, 1] (NaN is not), a finite weight above 0 and at most ``MAX_WEIGHT``."""
+    return (
+        (label.probability is None or 0.0 <= label.probability <= 1.0)
+        and (label.confidence is None or 0.0 <= label.confidence <= 1.0)
+        and 0.0 < label.weight <= MAX_WEIGHT
+    )
 
 
 @dataclass(frozen=True)
@@ -302,7 +326,8 @@ def _pct(value: float | None) -> str:
 
 @dataclass(frozen=True)
 class Report:
-    """Every figure for one group of labels."""
+    """Every figure for one group of labels: ``labels`` those that counted, ``left_out``
+    those that could not (``countable``)."""
 
     labels: int
     effective_labels: float
@@ -313,6 +338,7 @@ class Report:
     thresholds: list[ThresholdRow]
     suggestion: Suggestion | None = None
     sources: dict[str, int] = field(default_factory=dict)
+    left_out: int = 0
 
 
 def report(
@@ -325,19 +351,23 @@ def report(
     min_labels: float = DEFAULT_MIN_LABELS,
     rule: Rule = "estimate",
 ) -> Report:
-    accuracy = weighted_share(((s.correct, s.weight) for s in labels), level)
-    table = reliability(labels, bins, level)
-    rows = threshold_table(labels, thresholds, level)
+    """Every figure over the labels that can count (``countable``; the others are only
+    counted, in ``left_out``)."""
+    kept = [s for s in labels if countable(s)]
+    accuracy = weighted_share(((s.correct, s.weight) for s in kept), level)
+    table = reliability(kept, bins, level)
+    rows = threshold_table(kept, thresholds, level)
     suggestion = None
     if target is not None:
         suggestion = suggest(rows, target, labels=accuracy.n, min_labels=min_labels, rule=rule)
     return Report(
-        labels=len(labels),
+        labels=len(kept),
         effective_labels=accuracy.n,
         accuracy=accuracy,
-        brier=brier(labels),
+        brier=brier(kept),
         ece=expected_calibration_error(table),
         bins=table,
         thresholds=rows,
         suggestion=suggestion,
+        left_out=len(labels) - len(kept),
     )

@@ -4,7 +4,8 @@ A group is one question id and type, provider and model (the model as the receip
 a threshold is only meaningful for one question asked of one model, and a question id reused
 with another type (a yes/no where a choice was) is another question. ``group_reports`` also
 says which labels it used (``sources``: how many from audits, how many from escalations) and
-whether they can speak for the confident side at all (``audited``).
+whether they can speak for the confident side at all (``audited``). A label that cannot count
+(``shared.calibration.countable``) is in neither: only in the report's ``left_out``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from shared.calibration import (
     Report,
     Rule,
     Scored,
+    countable,
     report,
 )
 from worker.ledger.label_ops import LabelRow
@@ -81,6 +83,9 @@ def group_reports(
     out = []
     for key in sorted(groups, key=lambda k: (k[0], k[1], k[2] or "", k[3] or "")):
         members = groups[key]
+        labels = scored(members)
+        # The sources of the labels that counted: they add up to the report's ``labels``.
+        counted = [row for row, s in zip(members, labels, strict=True) if countable(s)]
         out.append(
             GroupReport(
                 question=key[0],
@@ -88,14 +93,14 @@ def group_reports(
                 provider=key[2],
                 model=key[3],
                 report=report(
-                    scored(members),
+                    labels,
                     target=target,
                     bins=bins,
                     thresholds=thresholds,
                     min_labels=min_labels,
                     rule=rule,
                 ),
-                sources=dict(Counter(row.source for row in members)),
+                sources=dict(Counter(row.source for row in counted)),
             )
         )
     return out

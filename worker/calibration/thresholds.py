@@ -5,9 +5,11 @@ type, provider and model, once the labels are enough (``calibration_min_labels``
 the fallback otherwise. Suggestions are cached per (question, type, provider, model, target) for
 ``calibration_ttl_s``: a decision never waits on a ledger query, except the first of its
 group after the cache expired, which a kind runs beforehand (``prefetch``, on a thread) so
-the event loop is not held. A ledger that cannot be read gives the fallback (logged once a
-period), never a failed decision: the receipt says which floor was used and from how many
-labels (``shared.replies.Threshold``).
+the event loop is not held. A ledger that cannot be read, or labels whose figures cannot be
+computed, give the fallback (logged once a period: the failure is cached as a result is),
+never a failed decision: the receipt says which floor was used and from how many labels
+(``shared.replies.Threshold``). A label that cannot count is left out by the statistics
+themselves (``shared.calibration.countable``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Callable
 
 import structlog
 
+from shared import scrub
 from shared.calibration import DEFAULT_MIN_LABELS, report
 from shared.errors import LedgerError
 from shared.jobs import DecideJob
@@ -113,6 +116,17 @@ class ThresholdBook:
             )
         except LedgerError as exc:
             log.warning("calibration.unreadable", question=question, error=type(exc).__name__)
+            found = (None, 0)
+        except Exception as exc:
+            # Anything else is a bug or a row no check foresaw; it runs after the call's claim
+            # and before its send, so raising would leave the call claimed, to be booked
+            # "possibly sent" though never sent. The fallback is what a job asks for then.
+            log.warning(
+                "calibration.uncomputable",
+                question=question,
+                error=type(exc).__name__,
+                detail=scrub.error_text(exc, 200),
+            )
             found = (None, 0)
         with self._lock:
             self._cache[key] = (self.clock() + self.ttl_s, found)

@@ -3,7 +3,8 @@ from reviewers' labels, and which ``escalate_below`` reaches a target accuracy.
 
 It first stores the labels waiting on the label stream (``worker.calibration.intake``; skip
 with ``--no-store``), then reads the ledger's labels through the filters and prints, per
-group: the labels used (from audits, from escalations), accuracy, Brier score, expected
+group: the labels used (from audits, from escalations; those that cannot count, such as a
+NaN probability, are left out and their number said), accuracy, Brier score, expected
 calibration error, the reliability table and the accuracy/escalation trade-off, each share
 with its 95 % Wilson score interval (``shared.calibration``), and the suggested threshold
 for ``--target`` (refused, with the reason, when the labels are too few). Tables fit 80
@@ -154,6 +155,12 @@ def render_group(group: GroupReport) -> str:
             f"{group.sources.get('escalation', 0)}), effective {figures.effective_labels:.1f}"
         ),
     ]
+    if figures.left_out:
+        lines += _wrap(
+            f"note: left out {figures.left_out} label{'' if figures.left_out == 1 else 's'} "
+            "that cannot count: a probability or confidence not in [0, 1], or a weight no "
+            "audit rate gives (fix them in the ledger's labels table)"
+        )
     if group.caveat:
         lines += _wrap(f"note: {group.caveat}")
     brier = "-" if figures.brier is None else f"{figures.brier:.4f}"
@@ -222,6 +229,7 @@ def _as_json(group: GroupReport) -> dict[str, Any]:
         "audited": group.audited,
         "caveat": group.caveat,
         "labels": figures.labels,
+        "left_out": figures.left_out,
         "effective_labels": figures.effective_labels,
         "accuracy": asdict(figures.accuracy),
         "brier": figures.brier,

@@ -5,11 +5,19 @@ Model calls (``pick.0``, re-picks ``pick.1`` ..., work turns ``turn.N``) at the 
 turn's tool executions (``tool.N``) under it, a handler's or tool's own model calls
 (``handler.call.0``) under them, and the handler last; each with its status, timing, cost
 and its whole reply (or result). A decide job shows its one ``decide`` call.
+
+A call's stored JSON (``receipt_json``, ``outcome_json``) is read, never trusted (``_read``):
+a ledger is also written by hand, restored from an older schema or damaged. What cannot be
+read (not JSON, nested deeper than the parser goes, a field of the wrong shape) is shown as
+one line naming the call and the column, ``unreadable`` in ``--json``, and the rest of the
+trace is printed as usual.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -35,10 +43,20 @@ class Node:
     children: list[Node] = field(default_factory=list)
 
 
-def _outcome(call: CallRow) -> dict[str, Any]:
+def _load(text: str) -> tuple[Any, str | None]:
+    """``text`` as JSON, or why it is not (the parser raises RecursionError, not ValueError,
+    on JSON nested too deep)."""
     try:
-        value = json.loads(call.outcome_json) if call.outcome_json else {}
+        return json.loads(text), None
+    except RecursionError:
+        return None, "nested too deep to read"
     except ValueError:
+        return None, "not JSON"
+
+
+def _outcome(call: CallRow) -> dict[str, Any]:
+    value, problem = _load(call.outcome_json) if call.outcome_json else ({}, None)
+    if problem is not None:
         return {}
     return value if isinstance(value, dict) else {"value": value}
 
@@ -86,18 +104,6 @@ _STATUS_STYLE = {
 }
 
 
-def _timing(call: CallRow) -> str:
-    latency = None
-    if call.receipt_json:
-        try:
-            latency = json.loads(call.receipt_json).get("latency_ms")
-        except ValueError:
-            latency = None
-    if latency is None and call.finished_at is not None:
-        latency = (call.finished_at - call.claimed_at).total_seconds() * 1000
-    return "-" if latency is None else f"{latency:.1f} ms"
-
-
 def _cost(call: CallRow) -> str:
     if call.provider == HANDLER_PROVIDER:
         return "no cost"
@@ -106,46 +112,125 @@ def _cost(call: CallRow) -> str:
     return f"${call.cost_usd:.6f} ({call.cost_basis or 'no basis'})"
 
 
-def _packed(call: CallRow) -> str:
-    """Whom the call's request was shared with, and what that saved this job."""
-    packed: dict[str, object] = {}
+#: Notes why a column of the call cannot be read (the first problem of each is kept).
+_Note = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class _Read:
+    """What the trace shows of a call's stored JSON, and what of it could not be read:
+    ``unreadable`` maps a column to why."""
+
+    timing: str
+    packed: str
+    head: str
+    unreadable: dict[str, str]
+
+
+def _read(call: CallRow) -> _Read:
+    """The call's timing, packing and whole answer; a damaged part is noted (the first
+    problem of each column), never raised, and left out of what is shown."""
+    problems: dict[str, str] = {}
+
+    def note(column: str, why: str) -> None:
+        problems.setdefault(column, why)
+
+    outcome: dict[str, Any] = {}
+    raw = call.outcome_json or None
+    if raw is not None:
+        value, problem = _load(raw)
+        if problem is not None:
+            note("outcome_json", problem)
+            raw = None
+        else:
+            outcome = value if isinstance(value, dict) else {"value": value}
+    receipt: dict[str, Any] = {}
     if call.receipt_json:
-        try:
-            packed = json.loads(call.receipt_json).get("packed") or {}
-        except ValueError:
-            packed = {}
+        value, problem = _load(call.receipt_json)
+        if problem is not None or not isinstance(value, dict):
+            note("receipt_json", problem or "not a JSON object")
+        else:
+            receipt = value
+    timing = _timing(call, receipt, note)
+    packed = _packed(call, receipt, note) if call.pack_id else ""
+    head = _head(outcome, raw, note)
+    return _Read(timing, packed, head, problems)
+
+
+def _number(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        return False
+
+
+def _timing(call: CallRow, receipt: dict[str, Any], note: _Note) -> str:
+    latency = receipt.get("latency_ms")
+    if latency is not None and not _number(latency):
+        note("receipt_json", "latency_ms is not a number")
+        latency = None
+    if latency is None and call.finished_at is not None:
+        latency = (call.finished_at - call.claimed_at).total_seconds() * 1000
+    return "-" if latency is None else f"{latency:.1f} ms"
+
+
+def _packed(call: CallRow, receipt: dict[str, Any], note: _Note) -> str:
+    """Whom the call's request was shared with, and what that saved this job."""
+    packed = receipt.get("packed") or {}
+    if not isinstance(packed, dict):
+        note("receipt_json", "packed is not an object")
+        packed = {}
     text = f"packed {(call.pack_id or '')[:12]}"
-    if packed.get("jobs"):
-        text += f" with {packed['jobs']} jobs"
+    jobs = packed.get("jobs")
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int)):
+        note("receipt_json", "packed.jobs is not a count")
+    elif jobs:
+        text += f" with {jobs} jobs"
     saved = packed.get("saved_usd")
-    if isinstance(saved, int | float):
+    if saved is not None and not _number(saved):
+        note("receipt_json", "packed.saved_usd is not a number")
+    elif saved is not None:
         text += f", saved ${saved:.6f}"
     return text
 
 
-def _head(call: CallRow) -> str:
+def _head(outcome: dict[str, Any], raw: str | None, note: _Note) -> str:
     """The call's whole answer: the stored reply, content or value (the stored ``head`` is
-    cut short by the runner), or its error; never cut here either."""
-    outcome = _outcome(call)
+    cut short by the runner), or its error; never cut here either. ``raw``: the outcome as
+    stored, shown when it names none of those (None when it could not be read)."""
     reply = outcome.get("reply")
     if isinstance(reply, dict):
         text = reply.get("text") or reply.get("refusal") or ""
-        names = [c.get("name") for c in reply.get("tool_calls") or [] if isinstance(c, dict)]
+        if not isinstance(text, str):
+            note("outcome_json", "the reply's text is not text")
+            text = ""
+        tool_calls = reply.get("tool_calls") or []
+        if not isinstance(tool_calls, list):
+            note("outcome_json", "reply.tool_calls is not a list")
+            tool_calls = []
+        names = [c.get("name") for c in tool_calls if isinstance(c, dict)]
         if names:
-            text = f"{text} [tool calls: {', '.join(str(n) for n in names)}]".strip()
+            shown = ", ".join(n if isinstance(n, str) else "?" for n in names)
+            text = f"{text} [tool calls: {shown}]".strip()
         if text:
-            return " ".join(str(text).split())
+            return " ".join(text.split())
     head: Any = None
     for name in ("content", "value", "error", "head"):
         if outcome.get(name) is not None:
             head = outcome[name]
             break
-    if head is None and call.outcome_json:
-        head = call.outcome_json
+    if head is None:
+        head = raw
     if head is None:
         return ""
     if not isinstance(head, str):
-        head = json.dumps(head, ensure_ascii=False)
+        try:
+            head = json.dumps(head, ensure_ascii=False)
+        except RecursionError:  # read, but too deep to write back at this depth
+            note("outcome_json", "nested too deep to show")
+            return ""
     return " ".join(head.split())
 
 
@@ -154,11 +239,12 @@ def _label(call: CallRow) -> str:
     who = f"{call.provider}/{call.model}" if call.model else call.provider
     if call.provider == HANDLER_PROVIDER:
         who = call.model or "?"
+    read = _read(call)
     parts = [
         f"[bold]{escape(call.step)}[/]",
         f"{_kind(call.step)} {escape(who)}",
         f"[{style}]{call.status}[/]" if style else call.status,
-        _timing(call),
+        read.timing,
         _cost(call),
     ]
     if call.error_code:
@@ -166,10 +252,15 @@ def _label(call: CallRow) -> str:
     if call.claims > 1:
         parts.append(f"claims {call.claims}")
     if call.pack_id:
-        parts.append(_packed(call))
-    line = "  ".join(parts)
-    head = _head(call)
-    return f"{line}\n[dim]{escape(head)}[/]" if head else line
+        parts.append(read.packed)
+    lines = ["  ".join(parts)]
+    if read.head:
+        lines.append(f"[dim]{escape(read.head)}[/]")
+    lines += [
+        f"[yellow]{column} of {escape(call.step)} unreadable: {why}[/]"
+        for column, why in read.unreadable.items()
+    ]
+    return "\n".join(lines)
 
 
 def _job_label(row: JobRow) -> str:
@@ -256,6 +347,7 @@ def _as_json(
 ) -> dict[str, Any]:
     def node(n: Node) -> dict[str, Any]:
         call = n.call
+        read = _read(call)
         return {
             "step": call.step,
             "kind": _kind(call.step),
@@ -268,7 +360,8 @@ def _as_json(
             "cost_usd": call.cost_usd,
             "cost_basis": call.cost_basis,
             "error_code": call.error_code,
-            "head": _head(call),
+            "head": read.head,
+            "unreadable": [{"column": c, "why": why} for c, why in read.unreadable.items()],
             "children": [node(c) for c in n.children],
         }
 

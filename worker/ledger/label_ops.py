@@ -148,9 +148,12 @@ def read_labels(conn: Connection, where: LabelFilter | None = None) -> list[Labe
 
 
 def _json(text: str | None) -> Any:
+    """A stored answer as JSON, or its text when it cannot be read as JSON: a row written by
+    hand may hold anything, nested deeper than the parser goes (``RecursionError``) too, and
+    one such row must not make every read of the labels fail."""
     if text is None:
         return None
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
