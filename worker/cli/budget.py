@@ -4,7 +4,9 @@ A batch's budget (``budget_usd`` on its jobs, or ``budget set``) is what its req
 cost at most: before each request its worst case is reserved in the ledger, in the claim's
 own transaction; one that does not fit is not sent and its job escalates
 ``budget_exhausted``. Raise the budget with ``set`` (lowering it never cancels a request
-already sent), then ``resume`` runs exactly those jobs again: nothing was sent for them.
+already sent), then ``resume`` runs exactly those jobs again: nothing was sent for them. A job
+whose stored copy cannot be submitted again (a damaged row) is named and left as it is, not
+reopened: reopened, it would wait for a run that never comes, and stop every later resume.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import redis
 import typer
 from rich.table import Table
 
-from shared import keys
+from shared import keys, strict_json
 from shared.client import Client
+from shared.errors import JobInvalid, NotStrictJSON
+from shared.job_parsing import parse_job
 from shared.limits import MAX_BUDGET_USD
 from shared.settings import get_settings
 from worker.cli.terminal import console, err_console
@@ -153,10 +157,28 @@ def resume(batch: str = typer.Argument(..., help="the batch")) -> None:
             highlight=False,
         )
         raise typer.Exit(1)
-    rows = ledger.reopen_exhausted(batch, exclude=resolved)
+    # Each job is read before the reopen commits: one that cannot be read stays as it is.
+    jobs: dict[str, dict[str, Any]] = {}
+    unreadable: dict[str, str] = {}
+
+    def readable(row: JobRow) -> bool:
+        job = _resubmitted(row)
+        if isinstance(job, str):
+            unreadable[row.job_id] = job
+            return False
+        jobs[row.job_id] = job
+        return True
+
+    rows = ledger.reopen_exhausted(batch, exclude=resolved, keep=readable)
+    for job_id, why in sorted(unreadable.items()):
+        err_console.print(
+            f"{job_id}: left as it is, its stored job cannot be read ({why})",
+            highlight=False,
+            markup=False,
+        )
     if rows:
         report = Client(settings, redis_client=streams).submit_batch(
-            [_resubmitted(row) for row in rows]
+            [jobs[row.job_id] for row in rows]
         )
         for job_id, problems in report.rejected.items():
             fields = ", ".join(p.field for p in problems)
@@ -166,12 +188,27 @@ def resume(batch: str = typer.Argument(..., help="the batch")) -> None:
         + (f"; {len(resolved)} resolved by a reviewer left alone" if resolved else ""),
         highlight=False,
     )
+    if unreadable:
+        raise typer.Exit(1)
 
 
-def _resubmitted(row: JobRow) -> dict[str, Any]:
+def _resubmitted(row: JobRow) -> dict[str, Any] | str:
     """The stored job as submitted again: the ledger keeps its (new) deadline, so the job's
-    own deadline and submission time go (neither is part of its fingerprint)."""
-    job: dict[str, Any] = json.loads(row.job_json)
+    own deadline and submission time go (neither is part of its fingerprint). Or why it
+    cannot be, checked as the submit will check it (a damaged row)."""
+    try:
+        job: Any = strict_json.loads(row.job_json)
+    except (NotStrictJSON, ValueError, RecursionError):
+        return "not JSON"
+    if not isinstance(job, dict):
+        return "not a JSON object"
     for name in ("deadline", "submitted_at"):
         job.pop(name, None)
-    return {name: value for name, value in job.items() if value is not None}
+    job = {name: value for name, value in job.items() if value is not None}
+    if job.get("id") != row.job_id:
+        return "its id is another's"  # submitted, it would run some other job
+    try:
+        parse_job(job)
+    except JobInvalid as exc:
+        return "not a valid job: " + ", ".join(sorted({p.field for p in exc.problems}))
+    return job

@@ -4,7 +4,10 @@
   Not fresh: the stored row says what happened (never send).
 - ``await_claim``: a call another delivery holds, waited for while its lease runs (judged by
   the ledger's clock), booked ``unknown`` at its lost cost once the lease is over (a worker
-  died mid-call), or the job's row if that delivery finished the job meanwhile.
+  died mid-call), or the job's row if that delivery finished the job meanwhile. The wait is
+  bounded by the job's deadline too: past the claim's own lease (``lease``), a lease further
+  off than one renewal (``leased``) is one no worker was given (a damaged row), and is booked
+  ``unknown`` the same way.
 - ``send``: the claimed request, whatever happens turned into a ``SentCall`` (a failure's
   call status from the one error-code map; a cancel or a bug in flight is ``unknown``).
 - ``record``: the outcome, only onto this delivery's own claim.
@@ -25,7 +28,7 @@ import structlog
 from shared.errors import DecisionProviderError
 from shared.replies import Receipt
 from shared.settings import Settings
-from worker.delivery.leased import run_leased
+from worker.delivery.leased import MIN_EXTENSION_S, run_leased
 from worker.delivery.ledger_io import LedgerIO
 from worker.delivery.outage import until_written
 from worker.delivery.records import LostCost, SentCall, bare_receipt, call_status, failure_reason
@@ -36,6 +39,7 @@ from worker.ledger import (
     CallOutcome,
     CallRow,
     Claim,
+    ClaimLost,
     JobFinished,
     JobRow,
     OverBudget,
@@ -71,9 +75,21 @@ class CallProtocol:
         """The ledger's clock: leases, deadlines and expiry are judged by it alone."""
         return self.ledger.now()
 
-    def lease(self, deadline: datetime) -> datetime:
-        """A claim's lease: the job's deadline and the margin for its outcome's record."""
-        return deadline + timedelta(seconds=self.settings.lease_margin_s)
+    def bounded(self, deadline: datetime, now: datetime | None = None) -> datetime:
+        """``deadline``, or the ceiling's from ``now`` if it is further off: a deadline no job
+        is given (a damaged row, say year 9999) must neither overflow the date arithmetic
+        below nor make a lease that never ends."""
+        moment = self.now() if now is None else now
+        return min(deadline, moment + timedelta(seconds=self.settings.deadline_ceiling_s))
+
+    def lease(self, deadline: datetime, now: datetime | None = None) -> datetime:
+        """A claim's lease: the job's deadline (``bounded``) and the margin for its outcome's
+        record."""
+        return self.bounded(deadline, now) + timedelta(seconds=self.settings.lease_margin_s)
+
+    def renewal(self) -> timedelta:
+        """How far ahead a renewal moves a live lease (``worker.delivery.leased``)."""
+        return timedelta(seconds=max(self.settings.lease_margin_s, MIN_EXTENSION_S))
 
     def is_late(self, deadline: datetime) -> bool:
         return self.now() >= deadline
@@ -82,7 +98,8 @@ class CallProtocol:
         """``deadline`` (by the ledger's clock) in this process's wall-clock terms, for the
         HTTP layer, which counts the time left with ``datetime.now``: a worker whose clock
         is off still gives a request exactly the time the ledger's clock leaves it."""
-        return deadline - (self.now() - datetime.now(UTC))
+        now = self.now()
+        return self.bounded(deadline, now) - (now - datetime.now(UTC))
 
     # --- claim and await -------------------------------------------------------------------
 
@@ -133,7 +150,15 @@ class CallProtocol:
         A live claim (its lease still runs) is waited for; one whose lease ran out belonged to
         a worker that died mid-call, and is booked ``unknown`` at ``lost`` (the provider's
         list price as an estimate where it has one). Nothing is ever sent here.
+
+        The job's deadline bounds the wait as well: once the lease a claim of the job is given
+        (``lease``) is over, a lease is only ever moved on by renewals, each at most
+        ``renewal`` ahead (a menu handler still running: waited for, however long). A lease
+        further off than that no worker holds (a damaged row, say year 9999): its call is
+        booked ``unknown`` as a lost one is, by the one conditional write that closes a claim
+        (``record``, onto this very claim), so the job is escalated, not waited for forever.
         """
+        started = self.now()  # a damaged deadline's lease is counted from here (``lease``)
         while call.status == "claimed":
             now = self.now()
             if call.lease_expires < now:
@@ -141,14 +166,46 @@ class CallProtocol:
                 return await self.ledger.expire_claim(
                     job_id=job_id, step=step, cost_usd=usd, cost_basis=basis
                 )
-            await asyncio.sleep(min(CLAIM_POLL_S, (call.lease_expires - now).total_seconds()))
             row = await self.ledger.get_job(job_id)
             if row is not None and row.finished:
                 return row
+            if (
+                row is not None
+                and now >= self.lease(row.deadline, started)
+                and call.lease_expires > now + self.renewal() + timedelta(seconds=CLAIM_POLL_S)
+            ):
+                call = await self._book_lost(job_id, step, call, lost)
+                continue
+            await asyncio.sleep(min(CLAIM_POLL_S, (call.lease_expires - now).total_seconds()))
             latest = await self.ledger.get_call(job_id, step)
             assert latest is not None, "a claimed call never disappears"
             call = latest
         return call
+
+    async def _book_lost(self, job_id: str, step: str, call: CallRow, lost: LostCost) -> CallRow:
+        """Book ``call`` (still claimed, under a lease no worker was given) ``unknown`` at
+        ``lost``, as an expired claim is; the stored row if its holder recorded it first."""
+        log.error(
+            "call.lease_unbounded",
+            job_id=job_id,
+            step=step,
+            lease_expires=call.lease_expires.isoformat(),
+        )
+        # A packed request's share of its cost is the ledger's to work out (``expire_claim``
+        # does it in SQL); not knowing it here, the share is booked unknown, never 0.
+        usd, basis = (None, None) if call.pack_id is not None else lost
+        outcome = CallOutcome(
+            step=step,
+            status="unknown",
+            cost_usd=usd,
+            cost_basis=basis,
+            error_code="lease_expired",
+            claims=call.claims,  # onto this claim only, never a later re-claim
+        )
+        try:
+            return await self.ledger.record(job_id=job_id, outcome=outcome)
+        except ClaimLost as taken:
+            return taken.call
 
     # --- send and record -------------------------------------------------------------------
 

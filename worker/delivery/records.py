@@ -6,6 +6,11 @@
 - ``SentCall``: the result of sending one claimed call; ``outcome_of`` the ``CallOutcome``
   the ledger records for it.
 - ``stored_receipt``/``stored_answers``: a settled call read back (replayed, never re-sent).
+  They never raise: a column a hand (a repair, a restore) left unreadable must not crash the
+  redelivery, or its job would never get a terminal message. Answers that cannot be read are
+  none (the kinds then escalate the call ``decision_interrupted``: what it answered is not
+  known, and it is never sent again); a receipt that cannot be read is rebuilt from the
+  call's own columns. ``unreadable`` says why, and each is logged naming the call.
 - ``lost_cost``: what a call lost with its worker is booked at (the provider's rule).
 """
 
@@ -13,7 +18,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
+
+import structlog
+from pydantic import ValidationError
 
 from shared.errors import DecisionProviderError, ProviderErrorCode
 from shared.outcomes import CALL_STATUS, call_status
@@ -33,7 +41,15 @@ __all__ = [
     "outcome_of",
     "stored_answers",
     "stored_receipt",
+    "unreadable",
 ]
+
+log = structlog.get_logger("decisions.delivery")
+
+#: What reading a damaged column raises: not JSON (``ValueError``), nested past the parser
+#: (``RecursionError``), or not the shape it should be (``ValidationError``, and
+#: ``AttributeError``/``TypeError`` for a list, string or null where an object belongs).
+_UNREADABLE: Final = (ValueError, RecursionError, ValidationError, AttributeError, TypeError)
 
 #: The escalation a provider failure means; every other code is ``provider_error``.
 _REASON: Final[dict[ProviderErrorCode, EscalationReason]] = {
@@ -85,10 +101,37 @@ def answers_json_of(answers: dict[str, Answer]) -> str:
 
 
 def stored_answers(call: CallRow) -> dict[str, Answer] | None:
-    """The decoded answers an ``answered`` call stored; None for any other call."""
+    """The decoded answers an ``answered`` call stored; None for any other call, and for one
+    whose stored outcome cannot be read (logged): its answers are not known."""
     if call.status != "answered" or not call.outcome_json:
         return None
-    return {qid: Answer.model_validate(a) for qid, a in json.loads(call.outcome_json).items()}
+    try:
+        stored: Any = json.loads(call.outcome_json)
+        return {qid: Answer.model_validate(a) for qid, a in stored.items()}
+    except _UNREADABLE as exc:
+        _log_unreadable(call, "outcome_json", exc)
+        return None
+
+
+def unreadable(call: CallRow) -> str:
+    """The detail of an escalation for ``call`` when its stored outcome cannot be read."""
+    return (
+        f"the stored outcome of call {call.job_id}/{call.step} cannot be read; whether or "
+        "how it was answered is not known, and it is never sent again"
+    )
+
+
+def _log_unreadable(call: CallRow, column: str, exc: BaseException) -> None:
+    # The message names the call; a person finds the row by it (the escalation carries the
+    # call's receipt, status and step).
+    log.error(
+        "call.stored_unreadable",
+        job_id=call.job_id,
+        step=call.step,
+        column=column,
+        error=type(exc).__name__,
+        detail=unreadable(call),
+    )
 
 
 def bare_receipt(
@@ -112,11 +155,15 @@ def bare_receipt(
 
 
 def stored_receipt(call: CallRow) -> Receipt:
-    """The receipt of a settled call, marked ``replayed``."""
+    """The receipt of a settled call, marked ``replayed``; built from the call's own columns
+    when it stored none, or one that cannot be read (logged)."""
     if call.receipt_json:
-        return Receipt.model_validate_json(call.receipt_json).model_copy(
-            update={"replayed": True, "status": call.status}
-        )
+        try:
+            return Receipt.model_validate_json(call.receipt_json).model_copy(
+                update={"replayed": True, "status": call.status}
+            )
+        except _UNREADABLE as exc:
+            _log_unreadable(call, "receipt_json", exc)
     return Receipt(
         step=call.step,
         provider=call.provider,

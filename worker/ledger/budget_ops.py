@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -304,13 +304,20 @@ def exhausted_jobs(conn: Connection, batch: str) -> list[str]:
 
 
 def reopen_exhausted(
-    conn: Connection, batch: str, now: datetime, *, exclude: frozenset[str] = frozenset()
+    conn: Connection,
+    batch: str,
+    now: datetime,
+    *,
+    exclude: frozenset[str] = frozenset(),
+    keep: Callable[[JobRow], bool] | None = None,
 ) -> list[JobRow]:
     """Reopen the batch's jobs that escalated ``budget_exhausted`` (nothing was sent for
     them), so that running them again may send; with the jobs reopened before and not
     finished yet (a resume interrupted before it enqueued them). Each keeps its id and
     content; its deadline is moved to now plus the time it was given at first. Jobs in
-    ``exclude`` (resolved by a reviewer meanwhile) are left as they are."""
+    ``exclude`` (resolved by a reviewer meanwhile), and those ``keep`` refuses (their
+    stored job cannot be submitted again: reopened, they would wait for a run that never
+    comes), are left as they are."""
     stmt = (
         select(jobs)
         .where(
@@ -326,7 +333,7 @@ def reopen_exhausted(
     reopened: list[JobRow] = []
     for found in conn.execute(stmt).all():
         row = JobRow(**found._mapping)
-        if row.job_id in exclude:
+        if row.job_id in exclude or (keep is not None and not keep(row)):
             continue
         if not row.finished:
             reopened.append(row)

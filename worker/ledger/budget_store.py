@@ -4,6 +4,7 @@ record's own transactions (``call_ops``, ``budget_ops``), never here."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime
 
@@ -55,9 +56,14 @@ class BudgetMethods:
             return budget_ops.exhausted_jobs(conn, batch)
 
     def reopen_exhausted(
-        self, batch: str, *, exclude: frozenset[str] = frozenset()
+        self,
+        batch: str,
+        *,
+        exclude: frozenset[str] = frozenset(),
+        keep: Callable[[JobRow], bool] | None = None,
     ) -> list[JobRow]:
         """Reopen the batch's jobs escalated ``budget_exhausted`` (and those reopened before
-        and not finished yet), but those in ``exclude``, for ``decisions budget resume``."""
+        and not finished yet), but those in ``exclude`` or that ``keep`` refuses, for
+        ``decisions budget resume``."""
         with self.transaction() as conn:
-            return budget_ops.reopen_exhausted(conn, batch, self.now(), exclude=exclude)
+            return budget_ops.reopen_exhausted(conn, batch, self.now(), exclude=exclude, keep=keep)
