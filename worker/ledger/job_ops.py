@@ -42,7 +42,6 @@ __all__ = [
     "open_or_read",
     "read_job",
     "store_terminal",
-    "unpublished",
 ]
 
 
@@ -354,13 +353,3 @@ def mark_published(conn: Connection, *, job_id: str, now: datetime) -> None:
 def mark_many_published(conn: Connection, *, job_ids: list[str], now: datetime) -> int:
     """Mark finished, unpublished jobs published in one statement; how many it changed."""
     return int(conn.execute(_MARK_MANY_PUBLISHED, {"k_jobs": job_ids, "v_now": now}).rowcount)
-
-
-def unpublished(conn: Connection, *, limit: int) -> list[JobRow]:
-    stmt = (
-        select(jobs)
-        .where(jobs.c.terminal_type.is_not(None) & jobs.c.published_at.is_(None))
-        .order_by(jobs.c.finished_at, jobs.c.job_id)
-        .limit(limit)
-    )
-    return [job_row(r) for r in conn.execute(stmt)]

@@ -27,7 +27,7 @@ from sqlalchemy.engine import Connection, make_url
 from shared.errors import LedgerError
 from shared.labels import Label
 from shared.settings import Settings
-from worker.ledger import call_ops, job_ops, label_ops, leases, pack_ops, schema
+from worker.ledger import call_ops, job_ops, label_ops, leases, outbox_rows, pack_ops, schema
 from worker.ledger.budget_store import BudgetMethods
 from worker.ledger.clock import DatabaseClock, database_time
 from worker.ledger.engine import READ_ONLY, describe_url, make_engine, translate_error
@@ -231,10 +231,12 @@ class Ledger(BudgetMethods):
         with self.transaction() as conn:
             job_ops.mark_published(conn, job_id=job_id, now=self.now())
 
-    def unpublished(self, limit: int = 1000) -> list[JobRow]:
-        """Finished jobs whose message is not published yet, oldest first (outbox relay)."""
+    def unpublished(
+        self, limit: int = 1000, *, after: tuple[datetime, str] | None = None
+    ) -> list[JobRow | outbox_rows.UnreadableJob]:
+        """Finished jobs whose message is not published yet, oldest first (``outbox_rows``)."""
         with self.transaction(read_only=True) as conn:
-            return job_ops.unpublished(conn, limit=limit)
+            return outbox_rows.unpublished(conn, limit=limit, after=after)
 
     # --- calls ---------------------------------------------------------------------------
 

@@ -1,0 +1,173 @@
+"""The reaper's round on a real ledger (SQLite and PostgreSQL): one expired claim whose job
+cannot be read is logged and skipped while the others are booked, nothing is ever sent; and
+one failing step of a round (reap, relay, intake recovery) never skips the others."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from structlog.testing import capture_logs
+
+from shared.fingerprint import job_fingerprint
+from shared.job_parsing import parse_job
+from shared.settings import Settings
+from tests.support.services import postgres_schema
+from worker.delivery.sinks import MemorySink
+from worker.kinds.dispatch import Runner
+from worker.ledger import Ledger
+from worker.ledger.models import calls, jobs
+from worker.process import context
+from worker.providers import ProviderRegistry
+from worker.recovery import reaper
+from worker.recovery.reaper import ReaperThread, reap_once
+from worker.testing.faux import FauxProvider
+
+BODY_MARK = "where is my parcel"
+
+
+@pytest.fixture(
+    params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)]
+)
+def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'ledger.db'}"
+        return
+    with postgres_schema("reaper") as url:
+        yield url
+
+
+def decide_job(job_id: str) -> dict[str, Any]:
+    return {
+        "id": job_id,
+        "reply_to": "r",
+        "state": f"A customer writes: {BODY_MARK}?",
+        "questions": {"q": {"type": "noul", "instructions": "Urgent?"}},
+    }
+
+
+def claimed_and_expired(ledger: Ledger, job_id: str) -> None:
+    """A job whose worker died with its call claimed: the lease has run out."""
+    job = parse_job(decide_job(job_id))
+    ahead = datetime.now(UTC) + timedelta(seconds=60)
+    ledger.open_and_claim(
+        job={
+            "job_id": job_id,
+            "kind": "decide",
+            "batch": None,
+            "reply_to": "r",
+            "fingerprint": job_fingerprint(job),
+            "deadline": ahead,
+            "job_json": job.model_dump_json(),
+        },
+        claim={
+            "step": "decide",
+            "provider": "faux",
+            "model": "faux-1",
+            "request_sha256": "x",
+            "lease_expires": ahead,
+        },
+    )
+    with ledger.engine.begin() as conn:
+        conn.execute(
+            sa.update(calls)
+            .where(calls.c.job_id == job_id)
+            .values(lease_expires=datetime(2000, 1, 1, tzinfo=UTC))
+        )
+
+
+@pytest.mark.parametrize(
+    "job_json",
+    [
+        '{truncated, "state": "where is my parcel"',
+        '{"id": "a-poison", "reply_to": "r", "questions": "old"}',
+        '["where is my parcel"]',
+    ],
+    ids=["not-json", "another-shape", "not-an-object"],
+)
+def test_an_unreadable_expired_claim_is_skipped_and_the_others_are_booked(
+    ledger_url: str, job_json: str
+) -> None:
+    settings = Settings(_env_file=None, ledger_url=ledger_url, faux_url=None)
+    ledger = Ledger.from_settings(settings)
+    ledger.migrate()
+    try:
+        for job_id in ("a-poison", "b-good"):
+            claimed_and_expired(ledger, job_id)
+        with ledger.engine.begin() as conn:
+            conn.execute(
+                sa.update(jobs).where(jobs.c.job_id == "a-poison").values(job_json=job_json)
+            )
+        faux = FauxProvider()
+        sink = MemorySink()
+        runner = Runner(
+            settings=settings,
+            ledger=ledger,
+            providers=ProviderRegistry.from_settings(settings, faux_transport=faux.transport()),
+            sink=sink,
+        )
+        with capture_logs() as logs:
+            assert asyncio.run(reap_once(ledger, runner)) == 1
+        assert {c.job_id: c.status for c in ledger.expired_claims()} == {"a-poison": "claimed"}
+        good = ledger.get_call("b-good", "decide")
+        assert good is not None and good.status == "unknown"
+        # Only the good job's escalation: no rejection goes out for a job whose call may
+        # have been sent, and nothing is sent.
+        assert [(m.job_id, m.type) for m in sink.snapshot()] == [("b-good", "escalation")]
+        assert faux.total() == 0
+        [skipped] = [e for e in logs if e["event"] == "reaper.unreadable_job"]
+        assert skipped["job_id"] == "a-poison" and skipped["step"] == "decide"
+        assert all(BODY_MARK not in str(e) and "truncated" not in str(e) for e in logs)
+    finally:
+        ledger.dispose()
+
+
+class Loop:
+    def run(self, coro: Any) -> Any:
+        return asyncio.run(coro)
+
+
+@pytest.mark.parametrize("failing", ["reap", "relay", "recovery"])
+def test_one_failing_step_does_not_skip_the_others(
+    monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    ran: dict[str, int] = {"reap": 0, "relay": 0, "recovery": 0}
+    rounds = threading.Event()
+
+    def step(name: str) -> Any:
+        async def work(*_: Any, **__: Any) -> int:
+            ran[name] += 1
+            if min(ran.values()) >= 2:
+                rounds.set()
+            if name == failing:
+                raise RuntimeError(f"{name} broke")
+            return 0
+
+        return work
+
+    recovery = SimpleNamespace(run_once=step("recovery"))
+    ctx = SimpleNamespace(loop=Loop(), ledger=object(), runner=object(), settings=object())
+    monkeypatch.setattr(context, "current", lambda: ctx)
+    monkeypatch.setattr(reaper, "reap_once", step("reap"))
+    monkeypatch.setattr(reaper, "relay_outbox", step("relay"))
+    monkeypatch.setattr(reaper.Recovery, "from_settings", classmethod(lambda cls, s: recovery))
+    monkeypatch.setattr(reaper, "store_labels", lambda: 0)
+    thread = ReaperThread(0.01)
+    with capture_logs() as logs:
+        thread.start()
+        try:
+            assert rounds.wait(5), f"a step stopped running: {ran}"
+        finally:
+            thread.stop()
+            thread.join(5)
+    assert not thread.is_alive()
+    failed = [e for e in logs if e["event"] == "reaper.failed"]
+    assert failed and {e["step"] for e in failed} == {failing}
+    assert all(e["error"] == "RuntimeError" for e in failed)
