@@ -87,6 +87,47 @@ def test_a_redis_that_does_not_answer_is_named(monkeypatch: pytest.MonkeyPatch) 
         check_streams_durable(Settings(redis_url=url, broker_url=url))
 
 
+@pytest.mark.parametrize("accept", [False, True])
+def test_a_streams_database_out_of_range_is_named_whatever_the_risk_accepted(
+    volatile: OwnRedis, accept: bool
+) -> None:
+    url = volatile.url(99)
+    with pytest.raises(ConfigurationError, match="DECISIONS_REDIS_URL") as caught:
+        check_streams_durable(
+            Settings(redis_url=url, broker_url=url, accept_volatile_streams=accept)
+        )
+    assert "no database 99" in str(caught.value) and "out of range" in str(caught.value)
+    assert "Allow INFO" not in str(caught.value)
+
+
+def test_accepting_volatile_streams_still_reaches_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(durability, "REACH_TIMEOUT_S", 0.5)
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    settings = Settings(redis_url=url, broker_url=url, accept_volatile_streams=True)
+    with pytest.raises(ConfigurationError, match=f"127.0.0.1:{port}/0 .*did not answer") as caught:
+        check_streams_durable(settings)
+    assert "DECISIONS_REDIS_URL" in str(caught.value) and "refused" in str(caught.value)
+
+
+def test_a_streams_login_refused_is_named_whatever_the_risk_accepted() -> None:
+    user = ("--user", "bob", "on", ">right", "~*", "&*", "+@all")
+    with own_redis(persist=False, extra=user) as server:
+        url = f"redis://bob:wrong@127.0.0.1:{server.port}/0"
+        settings = Settings(redis_url=url, broker_url=url, accept_volatile_streams=True)
+        with pytest.raises(ConfigurationError, match="refused the credentials") as caught:
+            check_streams_durable(settings)
+    assert "wrong" not in str(caught.value)
+
+
+def test_a_streams_url_redis_cannot_read_is_named_without_its_password() -> None:
+    url = "redis://:hunter2@127.0.0.1:6379/0?db=x"
+    settings = Settings(redis_url=url, broker_url=url, accept_volatile_streams=True)
+    with pytest.raises(ConfigurationError, match="DECISIONS_REDIS_URL") as caught:
+        check_streams_durable(settings)
+    assert "'db'" in str(caught.value) and "hunter2" not in str(caught.value)
+
+
 def test_a_worker_refuses_to_start_on_volatile_streams(volatile: OwnRedis, tmp_path: Path) -> None:
     env = decisions_env(
         broker_url=volatile.url(),

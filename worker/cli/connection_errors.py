@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import kombu.exceptions
 import redis.exceptions
@@ -183,6 +183,9 @@ def _no_transport(exc: KeyError) -> Explanation | None:
 
 
 def _not_a_redis_url(exc: ValueError) -> Explanation | None:
+    option = re.match(r"Invalid value for '([^']+)' in connection URL", str(exc))
+    if option is not None:
+        return _redis_option_invalid(option.group(1), str(exc))
     if "Redis URL must specify" not in str(exc):
         return None
     variables = [
@@ -194,12 +197,26 @@ def _not_a_redis_url(exc: ValueError) -> Explanation | None:
     )
 
 
+def _redis_option_invalid(name: str, text: str) -> Explanation:
+    # redis-py names the query option it could not read (?db=x), not the URL it was in.
+    variables = [
+        v for v in _redis_variables() if name in parse_qs(urlsplit(_raw_of(v)).query)
+    ] or _redis_variables()
+    urls = ", ".join(f"{v}={setting_url(URL_SETTINGS[v])}" for v in variables)
+    where = " (the database is the URL's path: redis://HOST:PORT/DB)" if name == "db" else ""
+    return Explanation(f"{urls}: {text}", f"fix or remove ?{name}=...{where}")
+
+
 def _url_without_host(variable: str, example: str) -> Explanation:
     url = setting_url(URL_SETTINGS[variable])
     return Explanation(f"{variable}={url} names no host", f"write {example}")
 
 
 # --- helpers ---------------------------------------------------------------------------------
+
+
+def _raw_of(variable: str) -> str:
+    return raw_setting(URL_SETTINGS[variable])
 
 
 def _has_host(url: str) -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import click
 import pydantic
 from pydantic_settings import SettingsError
 
@@ -200,6 +201,17 @@ def _option_value(exc: ValueError) -> Explanation | None:
     return None
 
 
+def _usage(exc: click.UsageError) -> Explanation:
+    # A verb's own options are checked by click, which prints their errors itself; one that
+    # gets here is from a command line parsed inside a verb: Celery's, to which `decisions
+    # worker` hands the options it does not know (an unknown one, a bad pool or number).
+    command = exc.ctx.command_path if exc.ctx is not None else "decisions"
+    celery = "; the others are Celery's (`celery worker --help`)" if "worker" in command else ""
+    return Explanation(
+        f"{command}: {exc.format_message()}", f"`{command} --help` lists its options{celery}"
+    )
+
+
 def _timed_out(exc: TimeoutError) -> Explanation:
     return Explanation(f"gave up waiting: {exc}", None, RUNTIME)
 
@@ -248,6 +260,7 @@ _HANDLERS: list[tuple[Any, Callable[[Any], Explanation | None]]] = [
     *CONNECTION_HANDLERS,
     (UnicodeDecodeError, _not_utf8),
     (ValueError, _option_value),
+    (click.UsageError, _usage),
     (DecisionWorkerError, _project_error),
     (OSError, _file_error),
     (TimeoutError, _timed_out),

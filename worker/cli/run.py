@@ -12,6 +12,7 @@ from rich.table import Table
 from shared.rejection import rejection_for
 from shared.settings import get_settings
 from worker.cli.jsonl import read_lines, unreadable_problems
+from worker.cli.startup import check_registries
 from worker.cli.terminal import console, err_console
 from worker.embedded import RunSummary, at_the_faux, run_batch
 from worker.process.logs import configure_logging
@@ -55,6 +56,9 @@ def register(app: typer.Typer) -> None:
                 f"providers: [bold]faux[/] at {faux_url} answers every provider; no request "
                 "leaves this machine (--live asks the real ones)"
             )
+        # As `decisions worker` does, before any job: a ceiling or limit keyed by a misspelt
+        # provider would not apply to the run (explained as one line, exit 2).
+        check_registries(settings)
         console.print(f"ledger: {settings.ledger_url}")
         lines = read_lines(file)
         by_number = {line.number: line for line in lines}  # blank and // lines are skipped

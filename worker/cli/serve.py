@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from shared import keys
 from shared.errors import ConfigurationError, SchemaBehind
-from shared.settings import Settings, get_settings
+from shared.settings import get_settings
+from worker.cli.startup import check_registries
 from worker.cli.terminal import console, err_console
 from worker.ledger import Ledger
 from worker.ledger.engine import describe_url
@@ -37,7 +38,7 @@ def register(app: typer.Typer) -> None:
         settings = get_settings()
         try:
             check_visibility_timeout(settings)
-            _check_registries(settings)
+            check_registries(settings)
             ledger = Ledger.from_settings(settings)
             if migrate:
                 ledger.migrate()
@@ -60,7 +61,9 @@ def register(app: typer.Typer) -> None:
             f"--loglevel={settings.log_level}",
             *ctx.args,
         ]
-        celery_app.worker_main(argv)
+        status = _run_celery(celery_app, argv)
+        if status:
+            raise typer.Exit(status)
 
     @app.command("migrate")
     def migrate() -> None:
@@ -137,14 +140,22 @@ def _pool_argument(args: list[str]) -> str | None:
     return chosen
 
 
-def _check_registries(settings: Settings) -> None:
-    """``ConfigurationError`` for a provider or runtime setting (an unknown default, a host
-    under a built-in name) that would fail every task of the worker: it refuses to start."""
-    from worker.providers import ProviderRegistry
-    from worker.runtimes import RuntimeRegistry
+def _run_celery(celery_app: Any, argv: list[str]) -> int:
+    """Celery's command line on ``argv`` (``worker ...``), and the status it ended with.
 
-    async def build_and_close() -> None:
-        await ProviderRegistry.from_settings(settings).aclose()
-        await RuntimeRegistry.from_settings(settings).aclose()
+    What ``Celery.worker_main`` does, but for the status: it runs the command with
+    ``standalone_mode=False`` and drops what that returns, so a worker that ended on an
+    "Unrecoverable error" (status 1) exited 0 and its supervisor saw a clean stop. An option
+    Celery cannot parse raises click's ``UsageError``, explained by ``worker.cli.errors``.
+    """
+    from celery.bin.celery import celery as celery_command
 
-    asyncio.run(build_and_close())
+    # As Celery.start: the command's --app option stands for this app while it runs.
+    app_option = next(param for param in celery_command.params if param.name == "app")
+    app_option.default = celery_app
+    try:
+        status = celery_command.main(args=argv, prog_name="decisions", standalone_mode=False)
+    finally:
+        app_option.default = None
+    # None (or the value of a command that returned instead of exiting): a clean end.
+    return status if isinstance(status, int) else 0

@@ -7,6 +7,11 @@ Redis whether it persists, by ``CONFIG GET appendonly`` / ``save`` (AOF, or RDB 
 or, where a managed Redis disables CONFIG, by ``INFO persistence`` (AOF on, or an RDB
 snapshot taken). Without persistence it refuses to start with one line naming the server
 and the fix, unless ``DECISIONS_ACCEPT_VOLATILE_STREAMS=1`` accepts the risk.
+
+Accepted or not, the server is reached first (PING, after the SELECT of the URL's database):
+a worker on a streams Redis it cannot use (no such database, nothing listening, the login
+refused, a URL redis cannot read) took jobs, asked their providers, and failed every one
+when it came to publish the reply. It refuses to start instead, naming DECISIONS_REDIS_URL.
 """
 
 from __future__ import annotations
@@ -18,9 +23,17 @@ from typing import Any
 import redis
 
 from shared.errors import ConfigurationError
+from shared.scrub import mask_url
 from shared.settings import Settings
 
-__all__ = ["Persistence", "check_streams_durable", "persistence_of", "server_name"]
+__all__ = [
+    "Persistence",
+    "check_streams_durable",
+    "persistence_of",
+    "reach",
+    "server_name",
+    "streams_client",
+]
 
 #: How long a worker start waits for the streams Redis to answer before refusing.
 REACH_TIMEOUT_S = 10.0
@@ -64,35 +77,26 @@ def _from_info(info: dict[str, Any]) -> Persistence:
 
 
 def check_streams_durable(settings: Settings, client: redis.Redis | None = None) -> str | None:
-    """Why a worker must not start on these streams (None: it may). Never raises for a
-    server that answers; ``ConfigurationError`` if it does not answer in REACH_TIMEOUT_S."""
+    """Why a worker must not start on these streams (None: it may). ``ConfigurationError``
+    for a server it cannot use, whatever ``accept_volatile_streams`` says (``reach``); never
+    raises for one that answers."""
+    client = client or streams_client(settings)
+    name = server_name(client)
+    reach(client, name)
     if settings.accept_volatile_streams:
         return None
-    client = client or redis.Redis.from_url(settings.redis_url, socket_timeout=5)
-    name = server_name(client)
-    until = time.monotonic() + REACH_TIMEOUT_S
-    while True:
-        try:
-            found = persistence_of(client)
-            break
-        except redis.AuthenticationError:
-            raise ConfigurationError(
-                f"the streams Redis at {name} refused the credentials in DECISIONS_REDIS_URL"
-            ) from None
-        except redis.ResponseError as exc:  # CONFIG and INFO both refused (an ACL)
-            return (
-                f"cannot tell whether the streams Redis at {name} (DECISIONS_REDIS_URL) "
-                f"persists: CONFIG GET and INFO were refused ({exc}). Allow INFO for this "
-                "user, or set DECISIONS_ACCEPT_VOLATILE_STREAMS=1 if it has AOF or RDB on"
-            )
-        except (redis.ConnectionError, redis.TimeoutError):
-            if time.monotonic() >= until:
-                raise ConfigurationError(
-                    f"the streams Redis at {name} (DECISIONS_REDIS_URL) did not answer in "
-                    f"{REACH_TIMEOUT_S:g} s, so whether it persists replies is unknown: "
-                    "start it first"
-                ) from None
-            time.sleep(0.5)
+    try:
+        found = persistence_of(client)
+    except redis.ResponseError as exc:  # CONFIG and INFO both refused (an ACL)
+        return (
+            f"cannot tell whether the streams Redis at {name} (DECISIONS_REDIS_URL) "
+            f"persists: CONFIG GET and INFO were refused ({exc}). Allow INFO for this "
+            "user, or set DECISIONS_ACCEPT_VOLATILE_STREAMS=1 if it has AOF or RDB on"
+        )
+    except redis.ConnectionError as exc:  # it answered PING a moment ago
+        raise ConfigurationError(
+            f"the streams Redis at {name} (DECISIONS_REDIS_URL) stopped answering: {exc}"
+        ) from None
     if found.durable:
         return None
     return (
@@ -100,3 +104,57 @@ def check_streams_durable(settings: Settings, client: redis.Redis | None = None)
         " a restart of it loses every reply and escalation. Turn on AOF (appendonly yes) or RDB"
         " snapshots (save), or set DECISIONS_ACCEPT_VOLATILE_STREAMS=1 to accept the risk"
     )
+
+
+def streams_client(settings: Settings) -> redis.Redis:
+    """A client of DECISIONS_REDIS_URL; ``ConfigurationError`` for a URL redis cannot read."""
+    try:
+        return redis.Redis.from_url(settings.redis_url, socket_timeout=5)
+    except ValueError as exc:  # a query option it cannot parse (?db=x), a scheme it lacks
+        raise ConfigurationError(
+            f"DECISIONS_REDIS_URL={mask_url(settings.redis_url)}: {exc} Fix the URL "
+            "(redis://HOST:PORT/DB, options after ?)"
+        ) from None
+
+
+def reach(client: redis.Redis, name: str) -> None:
+    """PING the server, after the SELECT of its database that each connection makes;
+    ``ConfigurationError`` naming what is wrong when it refuses, or when it has not answered
+    in REACH_TIMEOUT_S (it is retried until then: a Redis started beside the worker may take
+    a few seconds)."""
+    where = f"the streams Redis at {name} (DECISIONS_REDIS_URL)"
+    until = time.monotonic() + REACH_TIMEOUT_S
+    while True:
+        try:
+            client.ping()
+            return
+        except redis.AuthenticationError as exc:  # before ConnectionError: it is one
+            raise ConfigurationError(
+                f"{where} refused the credentials in DECISIONS_REDIS_URL ({exc}): put the "
+                "right user and password in it (redis://USER:PASSWORD@HOST:PORT/DB)"
+            ) from None
+        except redis.ResponseError as exc:
+            raise ConfigurationError(_refusal(where, client, exc)) from None
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            if time.monotonic() >= until:
+                raise ConfigurationError(
+                    f"{where} did not answer in {REACH_TIMEOUT_S:g} s ({_reason(exc)}): start "
+                    "it, or point DECISIONS_REDIS_URL at a running one"
+                ) from None
+            time.sleep(0.5)
+
+
+def _refusal(where: str, client: redis.Redis, exc: redis.ResponseError) -> str:
+    if "DB index is out of range" in str(exc):
+        db = client.connection_pool.connection_kwargs.get("db", 0)
+        return (
+            f"{where} has no database {db} ({exc}): use one from 0 to 15 in the URL's path, "
+            "unless the server's `databases` setting allows more"
+        )
+    return f"{where} refused PING: {exc}"
+
+
+def _reason(exc: Exception) -> str:
+    # "Error 111 connecting to 127.0.0.1:6390. Connection refused." names the server twice.
+    text = str(exc).rstrip(".")
+    return text.rpartition(". ")[2] or text

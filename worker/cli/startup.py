@@ -1,0 +1,83 @@
+"""What ``decisions worker`` (before Celery starts) and ``decisions run`` (before its batch)
+check of the providers and runtimes the settings describe.
+
+- The registries build: an unknown default, or a host under a built-in name, would fail
+  every task of the worker.
+- Every per-provider setting (``PER_PROVIDER``) is keyed by a name the registries know. The
+  settings are read as plain dicts, and the code asks them by provider name
+  (``settings.daily_ceiling_usd.get(provider)``): a misspelt key (``{"Faux": 0}``) matched
+  nothing, so its ceiling, limit or price did not apply and nobody was told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+from collections.abc import Mapping, Sequence
+
+from shared.errors import ConfigurationError
+from shared.settings import Settings
+from worker.cli.explanation import setting_variable
+
+__all__ = ["PER_PROVIDER", "check_registries", "unknown_keys"]
+
+#: The settings keyed by provider name, and whether a chat runtime's name may key them too:
+#: a menu job's budget is counted under its runtime (``worker.kinds.menus.model_calls``) and
+#: one limiter paces providers and runtimes alike, but a maximum price is read for a
+#: provider's requests only (``ProviderRegistry.worst_cost``).
+PER_PROVIDER: Mapping[str, bool] = {
+    "max_price_per_mtok_usd": False,
+    "daily_ceiling_usd": True,
+    "provider_limits": True,
+}
+
+
+def check_registries(settings: Settings) -> None:
+    """``ConfigurationError`` for a provider or runtime setting that would fail every task of
+    the worker, or that names no provider: it refuses to start."""
+    from worker.providers import ProviderRegistry
+    from worker.runtimes import RuntimeRegistry
+
+    async def known() -> tuple[list[str], list[str]]:
+        providers = ProviderRegistry.from_settings(settings)
+        try:
+            runtimes = RuntimeRegistry.from_settings(settings)
+            await runtimes.aclose()
+        finally:
+            await providers.aclose()
+        # An absent name (the faux, outside tests) is still a name: a key for it is harmless.
+        return [*providers.names(), *providers.absent], [*runtimes.names(), *runtimes.absent]
+
+    providers, runtimes = asyncio.run(known())
+    problems = unknown_keys(settings, providers, runtimes)
+    if problems:
+        raise ConfigurationError("; ".join(problems))
+
+
+def unknown_keys(
+    settings: Settings, providers: Sequence[str], runtimes: Sequence[str]
+) -> list[str]:
+    """One line for each key of a per-provider setting that names no provider (nor runtime,
+    where a runtime's name is a key too), with the names there are and the closest one."""
+    problems = []
+    for field, runtimes_too in PER_PROVIDER.items():
+        names = list(dict.fromkeys([*providers, *runtimes] if runtimes_too else providers))
+        kind = "provider or runtime" if runtimes_too else "provider"
+        kinds = "providers and runtimes" if runtimes_too else "providers"
+        for key in getattr(settings, field):
+            if key in names:
+                continue
+            guess = _closest(key, names)
+            hint = f" (did you mean {guess!r}?)" if guess else ""
+            problems.append(
+                f"{setting_variable(field)}: {key!r} names no {kind}{hint}; "
+                f"the {kinds} are {', '.join(names)}"
+            )
+    return problems
+
+
+def _closest(key: str, names: Sequence[str]) -> str | None:
+    # Case first: "Faux" is "faux", however short the name.
+    lowered = {name.lower(): name for name in names}
+    found = difflib.get_close_matches(key.lower(), list(lowered), n=1)
+    return lowered[found[0]] if found else None
