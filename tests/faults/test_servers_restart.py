@@ -151,7 +151,10 @@ def test_the_reply_streams_redis_full_when_jobs_finish(
     crew.expect_replies(pairs, timeout_s=60)
     figures = report(crew.check(pairs, reap=False))
     assert figures.lost == 0 and figures.duplicates == 0
-    assert crew.ledger_figures().jobs_unpublished == 0
+    # A relayed message's published mark rides on the ledger's next group commit (at most
+    # MARK_WINDOW_S later): read at once after its reply arrived, it was not there yet in 2
+    # of 5 runs. Waited for, it must come; never coming still fails here.
+    wait_until(lambda: crew.ledger_figures().jobs_unpublished == 0, 10, "published marks")
 
 
 def test_answers_in_hand_survive_an_8_s_postgres_outage(
