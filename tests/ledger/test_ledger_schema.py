@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -68,6 +70,26 @@ def test_concurrent_migrations(ledger_url: str) -> None:
     finally:
         for lg in ledgers:
             lg.dispose()
+
+
+def test_a_sqlite_migration_that_meets_a_lock_past_the_busy_timeout_waits_its_turn(
+    tmp_path: Path,
+) -> None:
+    # Workers started together with --migrate on a loaded machine: one migration held the
+    # write lock past another's busy timeout, which failed with "database is locked".
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    holder = sqlite3.connect(tmp_path / "ledger.db", isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")  # the write lock, held 1 s: past the 0.2 s below
+    release = threading.Timer(1.0, holder.execute, args=("COMMIT",))
+    release.start()
+    ledger = Ledger(url, busy_timeout_s=0.2)
+    try:
+        ledger.migrate()
+        ledger.check_schema()
+    finally:
+        release.join()
+        holder.close()
+        ledger.dispose()
 
 
 def test_schema_behind(ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,7 @@ Ledger is thread-safe (each transaction checks out its own pooled connection).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -31,7 +32,7 @@ from worker.ledger import call_ops, job_ops, label_ops, leases, outbox_rows, pac
 from worker.ledger.budget_store import BudgetMethods
 from worker.ledger.clock import DatabaseClock, database_time
 from worker.ledger.engine import READ_ONLY, describe_url, make_engine, translate_error
-from worker.ledger.errors import ClaimLost
+from worker.ledger.errors import ClaimLost, LedgerUnavailable
 from worker.ledger.label_ops import LabelFilter, LabelRow
 from worker.ledger.models import calls, to_utc
 from worker.ledger.pack_ops import MemberClaim, MemberFinish, PackClaim
@@ -46,8 +47,11 @@ from worker.ledger.rows import (
     LedgerStatus,
 )
 
-__all__ = ["Ledger"]
+__all__ = ["MIGRATE_WAIT_S", "Ledger"]
 
+
+#: How long a SQLite migration tries again while another holds the write lock.
+MIGRATE_WAIT_S = 60.0
 
 class Ledger(BudgetMethods):
     def __init__(
@@ -135,9 +139,23 @@ class Ledger(BudgetMethods):
     # --- schema --------------------------------------------------------------------------
 
     def migrate(self) -> None:
-        """``alembic upgrade head`` in one transaction; safe to run from several workers."""
-        with self.transaction() as conn:
-            schema.migrate(conn)
+        """``alembic upgrade head`` in one transaction; safe to run from several workers.
+
+        On SQLite a migration that meets another's lock past the busy timeout (workers
+        started together with ``--migrate`` on a loaded machine: "database is locked") is
+        tried again, for up to ``MIGRATE_WAIT_S``: it rolled back whole, and the next try
+        finds the schema where the other left it. PostgreSQL waits on its advisory lock."""
+        deadline = time.monotonic() + MIGRATE_WAIT_S
+        while True:
+            try:
+                with self.transaction() as conn:
+                    schema.migrate(conn)
+                return
+            except LedgerUnavailable as exc:
+                locked = self.engine.dialect.name == "sqlite" and "locked" in str(exc)
+                if not locked or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def check_schema(self) -> None:
         """Raise ``SchemaBehind`` unless the schema is at this code's head revision."""
