@@ -22,7 +22,6 @@ from shared.fingerprint import job_fingerprint
 from shared.job_parsing import parse_job
 from shared.replies import EscalationMessage, parse_reply
 from shared.settings import Settings
-from tests.support.services import postgres_schema
 from worker.delivery import Delivery, stored_answers, stored_receipt
 from worker.delivery.sinks import MemorySink
 from worker.kinds.decide import DECIDE_STEP
@@ -91,14 +90,6 @@ class Env:
     def close(self) -> None:
         self.ledger.dispose()
 
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
-def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'ledger.db'}"
-        return
-    with postgres_schema("damaged") as url:
-        yield url
 
 
 def decide_job(job_id: str, **fields: Any) -> dict[str, Any]:

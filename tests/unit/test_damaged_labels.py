@@ -28,7 +28,6 @@ from shared.questions import CalibratedFloor
 from shared.replies import parse_reply
 from shared.settings import Settings
 from tests.cli.support import decisions, traceback_in
-from tests.support.services import postgres_schema
 from worker.calibration import thresholds as thresholds_module
 from worker.calibration.thresholds import ThresholdBook
 from worker.delivery.sinks import MemorySink
@@ -85,13 +84,6 @@ def insert_label(ledger: Ledger, job_id: str, **columns: Any) -> None:
         conn.execute(sa.text(f"INSERT INTO labels ({names}) VALUES ({marks})"), values)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
-def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'ledger.db'}"
-        return
-    with postgres_schema("labels") as url:
-        yield url
 
 
 def bad_cases(url: str) -> dict[str, dict[str, float]]:

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -19,7 +17,6 @@ from structlog.testing import capture_logs
 from shared.fingerprint import job_fingerprint
 from shared.job_parsing import parse_job
 from shared.settings import Settings
-from tests.support.services import postgres_schema
 from worker.delivery.sinks import MemorySink
 from worker.kinds.dispatch import Runner
 from worker.ledger import Ledger
@@ -33,15 +30,6 @@ from worker.testing.faux import FauxProvider
 BODY_MARK = "where is my parcel"
 
 
-@pytest.fixture(
-    params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)]
-)
-def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'ledger.db'}"
-        return
-    with postgres_schema("reaper") as url:
-        yield url
 
 
 def decide_job(job_id: str) -> dict[str, Any]:

@@ -18,7 +18,6 @@ from structlog.testing import capture_logs
 from shared.errors import PublishFailed
 from shared.settings import Settings
 from shared.streams import Publication
-from tests.support.services import postgres_schema
 from worker.delivery.sinks import MemorySink
 from worker.kinds.dispatch import Runner
 from worker.ledger import Ledger
@@ -31,15 +30,6 @@ OLD = datetime(2000, 1, 1, tzinfo=UTC)
 REFUSED = "refused"
 
 
-@pytest.fixture(
-    params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)]
-)
-def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'ledger.db'}"
-        return
-    with postgres_schema("relay") as url:
-        yield url
 
 
 class RefusingSink(MemorySink):
