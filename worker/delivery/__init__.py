@@ -17,7 +17,9 @@ from worker.delivery.records import (
     lost_cost,
     outcome_of,
     stored_answers,
+    stored_outcome,
     stored_receipt,
+    unreadable,
 )
 from worker.delivery.stats import DeliveryStats
 
@@ -43,5 +45,7 @@ __all__ = [
     "no_maximum",
     "outcome_of",
     "stored_answers",
+    "stored_outcome",
     "stored_receipt",
+    "unreadable",
 ]

@@ -5,20 +5,24 @@
   ``failure_reason``: the escalation a failure means.
 - ``SentCall``: the result of sending one claimed call; ``outcome_of`` the ``CallOutcome``
   the ledger records for it.
-- ``stored_receipt``/``stored_answers``: a settled call read back (replayed, never re-sent).
-  They never raise: a column a hand (a repair, a restore) left unreadable must not crash the
-  redelivery, or its job would never get a terminal message. Answers that cannot be read are
-  none (the kinds then escalate the call ``decision_interrupted``: what it answered is not
-  known, and it is never sent again); a receipt that cannot be read is rebuilt from the
-  call's own columns. ``unreadable`` says why, and each is logged naming the call.
+- ``stored_receipt``/``stored_answers``/``stored_outcome``: a settled call read back
+  (replayed, never re-sent). They never raise: a column a hand (a repair, a restore) left
+  unreadable must not crash the redelivery, or its job would never get a terminal message.
+  An outcome that cannot be read is none (``stored_outcome`` reads one with a kind's own
+  reader, as the menu kind's stored replies, tool results and values; the kinds then escalate
+  an answered call ``decision_interrupted``: what it answered is not known, and it is never
+  sent or run again); a receipt that cannot be read is rebuilt from the call's own columns.
+  Each is logged naming the call, and ``unreadable`` is the escalation's detail, naming it
+  too (by its key, ``job id/step``), not the "interrupted" of a call never recorded.
 - ``lost_cost``: what a call lost with its worker is booked at (the provider's rule).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import structlog
 from pydantic import ValidationError
@@ -26,7 +30,7 @@ from pydantic import ValidationError
 from shared.errors import DecisionProviderError, ProviderErrorCode
 from shared.outcomes import CALL_STATUS, call_status
 from shared.replies import Answer, CallStatus, EscalationReason, Receipt
-from worker.ledger import CallOutcome, CallRow
+from worker.ledger import LOCAL_PROVIDER, CallOutcome, CallRow
 from worker.providers.base import DecisionProvider, PreparedRequest
 
 __all__ = [
@@ -40,6 +44,7 @@ __all__ = [
     "lost_cost",
     "outcome_of",
     "stored_answers",
+    "stored_outcome",
     "stored_receipt",
     "unreadable",
 ]
@@ -50,6 +55,8 @@ log = structlog.get_logger("decisions.delivery")
 #: (``RecursionError``), or not the shape it should be (``ValidationError``, and
 #: ``AttributeError``/``TypeError`` for a list, string or null where an object belongs).
 _UNREADABLE: Final = (ValueError, RecursionError, ValidationError, AttributeError, TypeError)
+
+T = TypeVar("T")
 
 #: The escalation a provider failure means; every other code is ``provider_error``.
 _REASON: Final[dict[ProviderErrorCode, EscalationReason]] = {
@@ -103,22 +110,40 @@ def answers_json_of(answers: dict[str, Answer]) -> str:
 def stored_answers(call: CallRow) -> dict[str, Answer] | None:
     """The decoded answers an ``answered`` call stored; None for any other call, and for one
     whose stored outcome cannot be read (logged): its answers are not known."""
-    if call.status != "answered" or not call.outcome_json:
+    if call.status != "answered":
         return None
+    return stored_outcome(call, _answers)
+
+
+def _answers(outcome_json: str | None) -> dict[str, Answer]:
+    if not outcome_json:
+        # Answered, so it stored its answers: none at all is a damaged row too.
+        raise ValueError("an answered call stored no answers")
+    stored: Any = json.loads(outcome_json)
+    return {qid: Answer.model_validate(a) for qid, a in stored.items()}
+
+
+def stored_outcome(call: CallRow, read: Callable[[str | None], T]) -> T | None:
+    """``read(call.outcome_json)``: what the call stored, read by its kind's own reader
+    (which raises on a column not of its shape); None (logged) when it cannot be read.
+
+    ``read`` never returns None for a readable outcome: None here means unknown."""
     try:
-        stored: Any = json.loads(call.outcome_json)
-        return {qid: Answer.model_validate(a) for qid, a in stored.items()}
+        return read(call.outcome_json)
     except _UNREADABLE as exc:
         _log_unreadable(call, "outcome_json", exc)
         return None
 
 
 def unreadable(call: CallRow) -> str:
-    """The detail of an escalation for ``call`` when its stored outcome cannot be read."""
-    return (
-        f"the stored outcome of call {call.job_id}/{call.step} cannot be read; whether or "
-        "how it was answered is not known, and it is never sent again"
-    )
+    """The detail of an escalation for ``call`` when its stored outcome cannot be read: the
+    call by its key (``job id/step``), which a person finds the row by."""
+    head = f"the stored outcome of call {call.job_id}/{call.step} cannot be read"
+    if call.provider == LOCAL_PROVIDER:
+        # A tool or handler: it ran, and may have had its effect.
+        what = "returned" if call.status == "answered" else "raised"
+        return f"{head}; what it {what} is not known, and it is never run again"
+    return f"{head}; whether or how it was answered is not known, and it is never sent again"
 
 
 def _log_unreadable(call: CallRow, column: str, exc: BaseException) -> None:
@@ -130,7 +155,8 @@ def _log_unreadable(call: CallRow, column: str, exc: BaseException) -> None:
         step=call.step,
         column=column,
         error=type(exc).__name__,
-        detail=unreadable(call),
+        # A receipt that cannot be read is rebuilt: only an outcome's escalates the job.
+        detail=unreadable(call) if column == "outcome_json" else None,
     )
 
 

@@ -31,6 +31,7 @@ from worker.delivery import (
     no_maximum,
     stored_answers,
     stored_receipt,
+    unreadable,
 )
 from worker.ledger import BudgetRefusal, CallOutcome, CallRow, ClaimLost, JobRow
 from worker.process.faults import fault_point
@@ -208,6 +209,10 @@ class DecideKind:
             message = escalation(
                 job, "provider_error", f"the provider failed: {settled.error_code}", [receipt]
             )
+        elif settled.status == "answered":
+            # Answered, but its stored answers cannot be read (a damaged row, logged): they
+            # are not known, as an interrupted call's are; the detail names the call.
+            message = escalation(job, "decision_interrupted", unreadable(settled), [receipt])
         else:
             message = escalation(
                 job,

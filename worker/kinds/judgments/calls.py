@@ -24,7 +24,7 @@ from datetime import datetime
 
 from shared.jobs import AnyJob
 from shared.judgments.steps import StepResult
-from worker.delivery import Delivery, lost_cost, stored_answers, stored_receipt
+from worker.delivery import Delivery, lost_cost, stored_answers, stored_receipt, unreadable
 from worker.kinds.judgments.plan import PlannedCall
 from worker.ledger import BudgetRefusal, CallRow, ClaimLost, JobRow
 from worker.process.faults import fault_point
@@ -120,6 +120,13 @@ class JobCalls:
             )
         if settled.status == "not_sent":
             return StepResult(step, "not_sent", receipt, detail=f"{step} was not sent")
+        if settled.status == "answered":
+            # Its stored answers cannot be read (a damaged row, logged): not known, as an
+            # interrupted step's are; the detail names the call.
+            return StepResult(
+                step, "unknown", receipt, reason="decision_interrupted",
+                detail=unreadable(settled),
+            )  # fmt: skip
         return StepResult(
             step, "unknown", receipt, reason="decision_interrupted",
             detail=f"{step} was interrupted with the request possibly sent; "

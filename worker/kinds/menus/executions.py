@@ -4,6 +4,10 @@ A tool (``tool.N``) or the handler (``handler``) runs in a thread once its claim
 committed; its outcome (the result, or the error it raised) is recorded after. A run another
 delivery claimed is never started again: its stored outcome stands, and one that started
 and never recorded an outcome escalates ``handler_interrupted`` (it may have had its effect).
+A stored outcome that cannot be read (a damaged row) is never replaced by a made-up one (an
+empty tool result, a null value): what the run returned is not known, and the job escalates
+``decision_interrupted`` naming the call; a failed run whose error cannot be read still
+escalates ``handler_failed`` (its status says it failed), naming the call.
 """
 
 from __future__ import annotations
@@ -17,9 +21,17 @@ from shared.menus import Decided, FunctionOption, Pick, ToolStep
 from shared.menus.messages import menu_result
 from shared.replies import Receipt
 from shared.scrub import json_output
-from worker.delivery import outcome_of, stored_receipt
+from worker.delivery import outcome_of, stored_outcome, stored_receipt, unreadable
 from worker.kinds.menus.base import HANDLER_PROVIDER, HANDLER_STEP, End, RunBase, now
-from worker.kinds.menus.stored import error_text, head_of, jsonable, read_outcome, tool_content
+from worker.kinds.menus.stored import (
+    error_from_outcome,
+    error_text,
+    handler_outcome,
+    head_of,
+    jsonable,
+    tool_content,
+    tool_result_from_outcome,
+)
 from worker.ledger import BudgetRefusal, CallRow, ClaimLost, JobRow, LedgerUnavailable
 
 __all__ = ["Executions"]
@@ -71,8 +83,13 @@ class Executions(RunBase):
             self.log.info("handler.replayed", step=step, handler=name)
             return got
         if got.status == "failed":
-            error = read_outcome(got.outcome_json).get("error", got.error_code)
-            return End(self.escalate("handler_failed", f"{name} raised {error}", step=step))
+            error = stored_outcome(got, error_from_outcome)
+            detail = (
+                f"{name} raised {error}"
+                if error is not None
+                else f"{name} raised {got.error_code}; {unreadable(got)}"
+            )
+            return End(self.escalate("handler_failed", detail, step=step))
         detail = (
             f"{step}: {name} started and never recorded an outcome; it may have had its "
             "effect, so it is never run again"
@@ -123,8 +140,12 @@ class Executions(RunBase):
         if isinstance(replayed, End):
             return replayed
         if replayed is not None:
-            content = read_outcome(replayed.outcome_json).get("content")
-            return content if isinstance(content, str) else ""
+            content = stored_outcome(replayed, tool_result_from_outcome)
+            if content is None:
+                # Not fed to the model in place of the result it saw: the run stops here.
+                detail = unreadable(replayed)
+                return End(self.escalate("decision_interrupted", detail, step=step))
+            return content
         result, receipt = await self.execute(step, name, tool, action.kwargs)
         receipt = receipt.model_copy(update={"request_sha256": digest_of(request)})
         self.owner.boundary("after_response", self.job.id, step)
@@ -162,8 +183,11 @@ class Executions(RunBase):
         if isinstance(replayed, End):
             return replayed
         if replayed is not None:
-            value = read_outcome(replayed.outcome_json).get("value")
-            return End(menu_result(self.job, value, list(self.receipts)))
+            stored = stored_outcome(replayed, handler_outcome)
+            if stored is None:
+                detail = unreadable(replayed)
+                return End(self.escalate("decision_interrupted", detail, step=step))
+            return End(menu_result(self.job, stored["value"], list(self.receipts)))
         result, receipt = await self.execute(step, name, option, pick.kwargs)
         receipt = receipt.model_copy(update={"request_sha256": digest_of(request)})
         self.owner.boundary("after_response", self.job.id, step)

@@ -4,7 +4,8 @@
 the chat runtime's two halves around the ledger's claim, like the decide path: a failure is
 the run's end with the call's outcome (``decision_interrupted`` for one that may have been
 received, ``provider_error`` otherwise); a call another delivery claimed is replayed from
-its stored reply, waited for, or escalated.
+its stored reply, waited for, or escalated. A stored reply that cannot be read (a damaged
+row) is a reply not known: ``decision_interrupted``, naming the call; never asked again.
 """
 
 from __future__ import annotations
@@ -16,7 +17,15 @@ from dataclasses import replace
 from shared.errors import DecisionProviderError
 from shared.menus import Message, ModelReply, ModelStep, ToolSpec
 from shared.replies import Receipt
-from worker.delivery import budget_ask, call_status, failure_reason, outcome_of, stored_receipt
+from worker.delivery import (
+    budget_ask,
+    call_status,
+    failure_reason,
+    outcome_of,
+    stored_outcome,
+    stored_receipt,
+    unreadable,
+)
 from worker.kinds.menus.base import End, RunBase
 from worker.kinds.menus.stored import reply_from_outcome, reply_outcome
 from worker.ledger import BudgetRefusal, CallRow, Claim, ClaimLost, JobRow
@@ -151,8 +160,11 @@ class ModelCalls(RunBase):
             return got
         self.receipts.append(stored_receipt(got))
         if got.status == "answered":
+            reply = stored_outcome(got, reply_from_outcome)
+            if reply is None:
+                return End(self.escalate("decision_interrupted", unreadable(got), step=step))
             self.log.info("call.replayed", step=step)
-            return reply_from_outcome(got.outcome_json)
+            return reply
         if got.status == "failed":
             detail = f"the runtime failed: {got.error_code}"
             return End(self.escalate("provider_error", detail, step=step))

@@ -9,6 +9,12 @@ session needs to take the same step, plus a ``head`` for ``decisions trace``:
 - the handler: ``{"handler", "option", "args", "value", "head"}``, or ``{"error", ...}``
 
 ``args`` are the model's arguments only: injected values (context, runtime) are never stored.
+
+Reading one back (``reply_from_outcome``, ``tool_result_from_outcome``, ``handler_outcome``,
+``error_from_outcome``) raises ``ValueError``, ``TypeError`` or ``RecursionError`` on a
+column not of its form (a row damaged by hand: not JSON, another shape, nested too deep),
+never makes up a replacement (an empty result, a null value): the kinds read them through
+``worker.delivery.records.stored_outcome``, which turns that into an outcome not known.
 """
 
 from __future__ import annotations
@@ -23,13 +29,16 @@ from shared.menus import REPLY_HEAD_CHARS, ModelReply, ToolCall, reply_text
 
 __all__ = [
     "HEAD_CHARS",
+    "error_from_outcome",
     "error_text",
+    "handler_outcome",
     "head_of",
     "jsonable",
     "read_outcome",
     "reply_from_outcome",
     "reply_outcome",
     "tool_content",
+    "tool_result_from_outcome",
 ]
 
 #: The head of a reply or result kept for the trace.
@@ -62,25 +71,75 @@ def _reply_head(reply: ModelReply) -> str:
 
 
 def reply_from_outcome(outcome_json: str | None) -> ModelReply:
+    """The model reply a call stored (``reply_outcome``). Each field is checked: the session
+    fed a reply of another shape would crash on it, or act on what the model never said."""
     stored = read_outcome(outcome_json).get("reply")
     if not isinstance(stored, dict):
         raise ValueError("the stored outcome holds no reply")
+    tool_calls = stored.get("tool_calls") or []
+    if not isinstance(tool_calls, list):
+        raise TypeError("the stored reply's tool_calls is not a list")
     return ModelReply(
-        text=stored.get("text"),
-        finish_reason=stored.get("finish_reason"),
-        refusal=stored.get("refusal"),
-        tool_calls=tuple(
-            ToolCall(c["id"], c["name"], c.get("arguments", "{}"))
-            for c in stored.get("tool_calls") or []
-        ),
+        text=_text_or_none(stored, "text"),
+        finish_reason=_text_or_none(stored, "finish_reason"),
+        refusal=_text_or_none(stored, "refusal"),
+        tool_calls=tuple(_tool_call(c) for c in tool_calls),
     )
 
 
+def _text_or_none(stored: dict[str, Any], name: str) -> str | None:
+    value = stored.get(name)
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"the stored reply's {name} is not text")
+    return value
+
+
+def _tool_call(stored: Any) -> ToolCall:
+    if not isinstance(stored, dict):
+        raise TypeError("a stored tool call is not an object")
+    call_id, name, arguments = stored.get("id"), stored.get("name"), stored.get("arguments", "{}")
+    if not (isinstance(call_id, str) and isinstance(name, str) and isinstance(arguments, str)):
+        raise TypeError("a stored tool call's id, name or arguments is missing or not text")
+    return ToolCall(call_id, name, arguments)
+
+
+def tool_result_from_outcome(outcome_json: str | None) -> str:
+    """The tool message a tool run stored (the bytes the model was given)."""
+    content = read_outcome(outcome_json).get("content")
+    if not isinstance(content, str):
+        raise ValueError("the stored outcome holds no tool result")
+    return content
+
+
+def handler_outcome(outcome_json: str | None) -> dict[str, Any]:
+    """A handler run's stored outcome, holding its ``value`` (which may be null: a handler
+    may return None, so it is its absence that is damage)."""
+    stored = read_outcome(outcome_json)
+    if "value" not in stored:
+        raise ValueError("the stored outcome holds no value")
+    # Checked as the first delivery checked the handler's return value: one nested deeper
+    # than a result message can carry could never be sent (``HandlerOutputInvalid``).
+    scrub.json_output(stored["value"])
+    return stored
+
+
+def error_from_outcome(outcome_json: str | None) -> str:
+    """The error a failed tool or handler run stored (``error_text``)."""
+    error = read_outcome(outcome_json).get("error")
+    if not isinstance(error, str):
+        raise ValueError("the stored outcome holds no error")
+    return error
+
+
 def read_outcome(outcome_json: str | None) -> dict[str, Any]:
+    """The stored outcome as a JSON object; ``{}`` when none was stored. ``ValueError`` when
+    it is not JSON or not an object, ``RecursionError`` when nested past the parser."""
     if not outcome_json:
         return {}
     value = json.loads(outcome_json)
-    return value if isinstance(value, dict) else {}
+    if not isinstance(value, dict):
+        raise ValueError("the stored outcome is not a JSON object")
+    return value
 
 
 def jsonable(value: Any) -> Any:
