@@ -176,3 +176,6 @@ class LedgerIO:
 
     async def get_call(self, job_id: str, step: str) -> CallRow | None:
         return await asyncio.to_thread(self.ledger.get_call, job_id, step)
+
+    async def calls(self, job_id: str) -> list[CallRow]:
+        return await asyncio.to_thread(self.ledger.calls, job_id)

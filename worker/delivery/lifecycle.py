@@ -23,11 +23,13 @@ from shared.errors import FieldProblem, JobConflict, JobInvalid
 from shared.fingerprint import job_fingerprint
 from shared.job_parsing import job_deadline, parse_job
 from shared.jobs import AnyJob
-from shared.replies import TerminalMessage
+from shared.judgments.contexts import escalation_context
+from shared.replies import EscalationMessage, TerminalMessage
 from shared.settings import Settings
 from worker.delivery.ledger_io import LedgerIO
 from worker.delivery.outbox import Outbox
-from worker.kinds.image_store import resolve_refs
+from worker.delivery.records import stored_receipt
+from worker.kinds.image_store import has_refs, resolve_refs
 from worker.ledger import CallOutcome, JobRow
 from worker.observability.observer import Observer
 from worker.process.faults import fault_point
@@ -75,11 +77,54 @@ class JobLifecycle:
         (its message published, naming each field)."""
         try:
             job = parse_job(raw)
-            # Image refs are fetched (from the allowlisted stores only) for the plan; the
-            # job, its row and its fingerprint keep the refs.
-            return job, plan(await resolve_refs(job, self.settings))
+            if not has_refs(job):
+                return job, plan(job)
+            # Image refs are fetched (from the allowlisted stores only) for the plan, by the
+            # job's deadline; the job, its row and its fingerprint keep the refs.
+            left = (self.deadline(job) - self.ledger.now()).total_seconds()
+            try:
+                fetched = await resolve_refs(job, self.settings, timeout_s=left)
+            except JobInvalid as exc:
+                return await self.refs_not_fetched(raw, job, exc.problems)
+            return job, plan(fetched)
         except JobInvalid as exc:
             return await self.outbox.reject(raw, exc.problems)
+
+    async def refs_not_fetched(self, raw: Any, job: AnyJob, problems: list[FieldProblem]) -> str:
+        """A valid job whose image refs cannot be fetched now (a store down or slow, the
+        deadline passed): rejected if no delivery opened it, since then nothing was sent.
+
+        A redelivery of a job an earlier delivery opened must not reject it: that job may
+        have its terminal message already (replayed here, as ``open`` does) or calls claimed
+        and possibly sent; a ``rejected`` would be its second terminal message, and tell the
+        producer to submit again what may have been paid for. Without its images it cannot be
+        planned, so it escalates ``decision_interrupted`` with what its calls stored, and
+        nothing is sent again."""
+        row = await self.ledger.get_job(job.id)
+        if row is None or row.fingerprint != job_fingerprint(job):
+            return await self.outbox.reject(raw, problems)  # another job's id: open's rule
+        if row.finished:
+            return await self.replay(row, job)
+        calls = await self.ledger.calls(job.id)
+        if not calls:
+            return await self.outbox.reject(raw, problems)  # opened, nothing claimed
+        why = "; ".join(f"{p.field}: {p.message}" for p in problems)
+        message = EscalationMessage(
+            job_id=job.id,
+            batch=job.batch,
+            metadata=job.metadata,
+            receipts=[stored_receipt(call) for call in calls],
+            kind=job.kind,
+            reason="decision_interrupted",
+            detail=(
+                f"a redelivery could not fetch the job's images again ({why}); "
+                "what its earlier delivery sent is never sent again"
+            ),
+            context=escalation_context(job),
+            reply_to=job.reply_to,
+        )
+        stored = await self.finish(job, message, None, provider="-")
+        return await self.publish(stored, job.reply_to)
 
     async def open(self, raw: Any, job: AnyJob) -> JobRow | str:
         """The job's open row; or its terminal type, when it was rejected (same id, other

@@ -14,7 +14,9 @@ What keeps a ref from being a way to make the worker fetch anything:
   format (``image/png`` or ``image/jpeg``), its first bytes too;
 - at most ``MAX_IMAGE_BYTES`` an image, and the job's images together at most the state
   limit (``DECISIONS_MAX_STATE_BYTES``), read as a stream that stops at the limit;
-- each fetch within ``DECISIONS_IMAGE_FETCH_TIMEOUT_S``.
+- each fetch within ``DECISIONS_IMAGE_FETCH_TIMEOUT_S`` as a whole, and all of them within
+  the time the job has left: httpx's timeout bounds each read only, so a store sending a
+  byte a second never tripped it and held the job (and its in-flight slot) for hours.
 
 A ref that cannot be fetched is a ``JobInvalid`` naming ``images.<key>.ref``: the job is
 rejected with nothing sent (submitting it again once the store answers is safe). At submit
@@ -25,6 +27,7 @@ so the image's own bytes are judged only here.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 from functools import lru_cache
@@ -90,15 +93,20 @@ def with_stand_ins(job: J) -> J:
 
 async def resolve_refs(job: J, settings: Settings, *, timeout_s: float | None = None) -> J:
     """``job`` with each image ref fetched into ``data_base64``; ``JobInvalid`` naming the
-    ref that is not allowlisted or cannot be fetched within the limits."""
+    ref that is not allowlisted or cannot be fetched within the limits.
+
+    ``timeout_s``: the time the job has left (None: no deadline here); every fetch ends by
+    then, each within ``DECISIONS_IMAGE_FETCH_TIMEOUT_S``.
+    """
     if not has_refs(job):
         return job
     images: dict[str, JobImage] = dict(getattr(job, "images", None) or {})
     budget = Limits.from_settings(settings).state_bytes
-    timeout = min(settings.image_fetch_timeout_s, timeout_s or settings.image_fetch_timeout_s)
+    clock = asyncio.get_running_loop().time
+    ends = None if timeout_s is None else clock() + timeout_s
     problems: list[FieldProblem] = []
     async with httpx.AsyncClient(
-        follow_redirects=False, trust_env=False, timeout=max(timeout, 0.001)
+        follow_redirects=False, trust_env=False, timeout=settings.image_fetch_timeout_s
     ) as client:
         for key, image in images.items():
             if image.ref is None:
@@ -108,8 +116,19 @@ async def resolve_refs(job: J, settings: Settings, *, timeout_s: float | None = 
             if refused:
                 problems.append(FieldProblem(field, refused))
                 continue
+            allowed = settings.image_fetch_timeout_s
+            if ends is not None:
+                allowed = min(allowed, ends - clock())
             try:
-                data = await _fetch(client, image.ref, image.format, min(budget, MAX_IMAGE_BYTES))
+                if allowed <= 0:
+                    raise _Refused("the job's deadline passed before its image was fetched")
+                async with asyncio.timeout(allowed):
+                    data = await _fetch(
+                        client, image.ref, image.format, min(budget, MAX_IMAGE_BYTES)
+                    )
+            except TimeoutError:
+                problems.append(FieldProblem(field, _LATE))
+                continue
             except _Refused as exc:
                 problems.append(FieldProblem(field, str(exc)))
                 continue
@@ -120,6 +139,10 @@ async def resolve_refs(job: J, settings: Settings, *, timeout_s: float | None = 
     if problems:
         raise JobInvalid(problems, job.id)
     return _with_images(job, images)
+
+
+#: A fetch that did not end in time (a read timeout or the whole fetch's).
+_LATE: Final = "the store did not answer in time; submit the job again later"
 
 
 class _Refused(Exception):
@@ -149,7 +172,7 @@ async def _fetch(client: httpx.AsyncClient, url: str, fmt: str, limit: int) -> b
                 if len(body) > limit:
                     raise _Refused(_too_big(limit))
     except httpx.TimeoutException:
-        raise _Refused("the store did not answer in time; submit the job again later") from None
+        raise _Refused(_LATE) from None
     except httpx.HTTPError as exc:
         raise _Refused(
             f"the store could not be read ({type(exc).__name__}); submit the job again later"
