@@ -24,10 +24,11 @@ Figures (``report``):
 
 A label that cannot count is left out of every figure (``countable``; ``Report.left_out``
 says how many): a probability or confidence that is NaN, infinite or outside [0, 1], a weight
-that is not finite and positive or above ``MAX_WEIGHT``. The ledger's labels are also written
-by hand, restored or sent by another producer, and one such label must neither raise (a NaN
-has no bin, ``1e308`` overflows the Brier square) nor, by its sheer weight, stand for every
-label of its group.
+that is not finite or outside [``MIN_WEIGHT``, ``MAX_WEIGHT``]. A ``shared.labels.Label`` and
+the ledger's checks hold the same bounds, but a ledger's rows may also be written by hand or
+restored from elsewhere, and one such label must neither raise (a NaN has no bin, ``1e308``
+overflows the Brier square, a subnormal weight's square is 0) nor, by its sheer weight,
+stand for every label of its group.
 
 Intervals are **Wilson score intervals** (``wilson``) at ``level`` (95 % by default). With
 unequal weights the proportion is the weighted one, and ``n`` the effective sample size
@@ -56,6 +57,7 @@ __all__ = [
     "DEFAULT_MIN_LABELS",
     "DEFAULT_THRESHOLDS",
     "MAX_WEIGHT",
+    "MIN_WEIGHT",
     "Bin",
     "Interval",
     "Report",
@@ -86,6 +88,11 @@ DEFAULT_THRESHOLDS: Final = (*(round(i * 0.05, 2) for i in range(20)), 0.97, 0.9
 #: audit rate the worker would be given, and its square (the interval's variance) would
 #: swamp every other label's, or overflow.
 MAX_WEIGHT: Final = 1e9
+#: The lightest label that counts, MAX_WEIGHT's mirror. No producer here makes a weight below
+#: 1 (an audit's is ``1 / rate``, an escalation's 1), but a weight is only relative, and
+#: another producer may scale them. Lighter is no weight at all: its square underflows (a
+#: subnormal's is 0), and a group of such labels had a variance of 0 / 0.
+MIN_WEIGHT: Final = 1 / MAX_WEIGHT
 
 Rule = Literal["estimate", "lower"]
 
@@ -102,11 +109,11 @@ class Scored:
 
 def countable(label: Scored) -> bool:
     """Whether a label can count: a probability and a confidence that are absent or in
-    [0, 1] (NaN is not), a finite weight above 0 and at most ``MAX_WEIGHT``."""
+    [0, 1] (NaN is not), a weight in [``MIN_WEIGHT``, ``MAX_WEIGHT``] (nor is NaN)."""
     return (
         (label.probability is None or 0.0 <= label.probability <= 1.0)
         and (label.confidence is None or 0.0 <= label.confidence <= 1.0)
-        and 0.0 < label.weight <= MAX_WEIGHT
+        and MIN_WEIGHT <= label.weight <= MAX_WEIGHT
     )
 
 

@@ -12,16 +12,26 @@ the ledger: a reviewer's process (a producer, the console) needs no ledger acces
 Audits (``audit_rate`` on a decide job): ``audited`` picks the jobs from a hash of the job
 id, so every delivery and every replay picks the same ones. An audit label's ``weight`` is
 ``1 / audit_rate`` (it stands for that many results); an escalation's is 1.
+
+Bounds: a ``Label`` refuses, naming the field, a probability or confidence that is not a
+share in [0, 1] (NaN and the infinities included) and a weight outside [``MIN_WEIGHT``,
+``MAX_WEIGHT``] (``shared.calibration``: the labels its figures can count). Such a label
+could never count, and stored it would only be left out, or (a NaN on PostgreSQL, which its
+``weight > 0`` let through) be read back as a number. A resolution whose machine answer
+carries such numbers, or an audit at a rate no weight follows from, still resolves: without
+the labels that cannot be made, and saying so in the log.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Final, Literal
+import logging
+from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from shared.calibration import MAX_WEIGHT, MIN_WEIGHT
 from shared.replies import Answer, EscalationMessage, Receipt
 
 __all__ = [
@@ -33,12 +43,18 @@ __all__ = [
     "audited",
     "encode",
     "labels_of",
+    "refused_fields",
 ]
 
 AUDIT_REASON: Final = "audit"
 PICK_QUESTION: Final = "pick"
 LabelSource = Literal["audit", "escalation"]
 _HASH_SPACE: Final = 2**64
+_log = logging.getLogger(__name__)
+
+#: A probability or a confidence: a share, and a finite one (NaN would compare false with
+#: every bound, so it is refused by name, as the infinities are).
+_Share = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 
 
 def audited(job_id: str, rate: float | None) -> bool:
@@ -51,7 +67,28 @@ def audited(job_id: str, rate: float | None) -> bool:
 
 
 def audit_weight(rate: float | None) -> float:
-    return 1.0 / rate if rate else 1.0
+    """What an audit label at ``rate`` weighs: ``1 / rate``, the results it stands for (1 when
+    the escalation names no rate). ``ValueError``, naming ``audit_rate``, for a rate no label
+    weight follows from: not a number in (0, 1], or below ``1 / MAX_WEIGHT``.
+
+    A job's ``audit_rate`` may be any number in [0, 1] (``shared.jobs``; no setting bounds
+    it), down to ``5e-324``, whose inverse is infinite. The heaviest weight is therefore
+    ``MAX_WEIGHT``, the inverse of the smallest rate whose labels can count (one in a
+    billion): a rarer audit picks next to no job, and its label, standing for billions of
+    results, would swamp every other label of its group."""
+    if rate is None:
+        return 1.0
+    if isinstance(rate, bool) or not isinstance(rate, int | float):
+        raise ValueError(f"audit_rate is a {type(rate).__name__}, not a number")
+    if not 0 < rate <= 1:  # NaN too
+        raise ValueError(f"audit_rate {rate!r} is not a share in (0, 1]")
+    weight = 1.0 / rate
+    if weight > MAX_WEIGHT:
+        raise ValueError(
+            f"audit_rate {rate!r} is below one in {MAX_WEIGHT:.0e}: its labels would each "
+            f"stand for {weight:.3g} results"
+        )
+    return weight
 
 
 class Label(BaseModel):
@@ -66,14 +103,34 @@ class Label(BaseModel):
     provider: str | None = None
     model: str | None = Field(None, description="as the receipt names it")
     machine_answer: Any = None
-    probability: float | None = Field(None, description="the machine's, of its own answer")
-    confidence: float | None = None
+    probability: _Share | None = Field(None, description="the machine's, of its own answer")
+    confidence: _Share | None = None
     human_answer: Any = None
     correct: bool
     reviewer: str
     source: LabelSource
     reason: str
-    weight: float = 1.0
+    # Bounded as ``shared.calibration.countable`` counts (``audit_weight`` says why these).
+    weight: float = Field(
+        1.0,
+        ge=MIN_WEIGHT,
+        le=MAX_WEIGHT,
+        allow_inf_nan=False,
+        description="how many answers the label stands for: 1 / audit_rate for an audit",
+    )
+
+
+def refused_fields(error: ValidationError) -> list[str]:
+    """The fields of ``Label`` that ``error`` refused, each once: what a log may say of a
+    refused label. Never its values (a reviewer's answer is one), nor a key no ``Label`` has
+    (that is the producer's text)."""
+    names: list[str] = []
+    for problem in error.errors():
+        loc = problem["loc"]
+        name = loc[0] if loc else None
+        if isinstance(name, str) and name in Label.model_fields and name not in names:
+            names.append(name)
+    return names
 
 
 def labels_of(
@@ -82,7 +139,13 @@ def labels_of(
     """The labels a checked resolution (``shared.resolutions.check_resolution``'s answer)
     yields: none when the escalation carries no machine answer."""
     source: LabelSource = "audit" if escalation.reason == AUDIT_REASON else "escalation"
-    weight = audit_weight(escalation.context.get("audit_rate")) if source == "audit" else 1.0
+    try:
+        weight = audit_weight(escalation.context.get("audit_rate")) if source == "audit" else 1.0
+    except ValueError as exc:
+        # Labels no figure could count; the reviewer's answer must resolve the audit all the
+        # same (this runs inside the resolution), so it does, making none.
+        _log.warning("no labels made for job %s: %s", escalation.job_id, exc)
+        return []
     common = {
         "job_id": escalation.job_id,
         "batch": escalation.batch,
@@ -108,8 +171,8 @@ def labels_of(
             continue
         receipt = _receipt_for(escalation, qid)
         human = resolved[qid]
-        out.append(
-            Label(
+        try:
+            label = Label(
                 question_id=qid,
                 question_type=answer.type,
                 provider=receipt.provider if receipt else None,
@@ -121,7 +184,17 @@ def labels_of(
                 correct=_same(machine, human),
                 **common,
             )
-        )
+        except ValidationError as exc:
+            # The machine's own numbers out of bounds (a NaN probability): a label no figure
+            # could count. The others, and the resolution, go ahead without it.
+            _log.warning(
+                "no label made for job %s, question %s: %s out of bounds",
+                escalation.job_id,
+                qid,
+                ", ".join(refused_fields(exc)),
+            )
+            continue
+        out.append(label)
     return out
 
 

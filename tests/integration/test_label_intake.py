@@ -97,10 +97,44 @@ def test_an_entry_that_cannot_be_read_is_dropped_and_the_others_stored(
     assert (pending(r), r.xlen(keys.LABEL_STREAM)) == (0, 0)
 
 
+#: Labels out of their bounds (``shared.labels.Label``), as a producer's JSON carries them
+#: (``NaN`` and ``Infinity`` parse): refused where the label is read, never stored. Before,
+#: an infinite weight or a probability of 1.5 was stored on both databases, and a NaN on
+#: PostgreSQL, whose ``weight > 0`` lets NaN through.
+OUT_OF_BOUNDS = {
+    "weight-nan": {"weight": float("nan")},
+    "weight-inf": {"weight": float("inf")},
+    "weight-subnormal": {"weight": 5e-324},
+    "weight-huge": {"weight": 1e12},
+    "weight-zero": {"weight": 0.0},
+    "weight-negative": {"weight": -1.0},
+    "probability-nan": {"probability": float("nan")},
+    "probability-above-one": {"probability": 1.5},
+    "confidence-negative-inf": {"confidence": float("-inf")},
+}
+
+
+@pytest.mark.parametrize("damage", list(OUT_OF_BOUNDS.values()), ids=list(OUT_OF_BOUNDS))
+def test_an_entry_with_a_label_out_of_bounds_is_skipped_naming_the_field_and_the_rest_stored(
+    r: redis.Redis, ledger: Ledger, damage: dict[str, float]
+) -> None:
+    add(r, "good-1")
+    # Its neighbour in the entry is fine: the entry (one resolution) is skipped whole.
+    entry = add(r, "bad", labels=json.dumps([label("bad-0"), label("bad", **damage)]))
+    add(r, "good-2")
+    with capture_logs() as logs:
+        assert store_label_stream(ledger, r, consumer="w1", page=2) == 2
+    assert stored_jobs(ledger) == ["good-1", "good-2"]
+    assert_reported(logs, "labels.skipped", entry)
+    (skipped,) = [e for e in logs if e["event"] == "labels.skipped"]
+    assert (skipped["why"], skipped["fields"]) == ("ValidationError", list(damage)), skipped
+    assert not [e for e in logs if e["event"] == "labels.dropped"], logs
+    assert (pending(r), r.xlen(keys.LABEL_STREAM)) == (0, 0)
+
+
 @pytest.mark.parametrize(
     "bad",
     [
-        pytest.param(label("bad", weight=-1.0), id="weight-not-positive"),  # CHECK constraint
         pytest.param(label("bad", reviewer="a\u0000b"), id="nul-in-text"),  # PostgreSQL refuses
         pytest.param(label("bad", reviewer="\ud800"), id="lone-surrogate"),  # no UTF-8 for it
     ],
@@ -127,7 +161,8 @@ def test_an_outage_while_storing_one_at_a_time_leaves_every_entry_pending(
     with Ledger(f"sqlite:///{tmp_path / 'l.db'}") as ledger:
         ledger.migrate()
         add(r, "good-1")
-        add(r, "bad", labels=json.dumps([label("bad", weight=0.0)]))
+        # A label the SQLite driver cannot encode (a lone surrogate): the ledger refuses it.
+        add(r, "bad", labels=json.dumps([label("bad", reviewer="\ud800")]))
         add(r, "good-2")
         original = ledger.store_labels
         calls: list[int] = []

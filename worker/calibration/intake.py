@@ -8,9 +8,11 @@ labels in the ledger (one transaction a page), then acknowledges and deletes the
 A crash between the two leaves the entries pending; they are read again (a consumer silent
 for ``claim_idle_s`` has its entries taken over) and stored again, which changes nothing
 (``worker.ledger.label_ops``). An entry that does not parse is logged and dropped: it can
-never become a label, and must not hold back the others. Nor may an entry whose labels the
-ledger refuses (a row its constraints or its driver reject: text PostgreSQL cannot hold, a
-weight not above 0): the page is then stored entry by entry, and the entries refused are
+never become a label, and must not hold back the others. That includes a label out of its
+bounds (``shared.labels.Label``: a NaN or infinite weight, a probability of 1.5), logged with
+the fields it broke; the entry is one resolution, so its other labels go with it. Nor may an
+entry whose labels the ledger refuses (a row its constraints or its driver reject: text
+PostgreSQL cannot hold): the page is then stored entry by entry, and the entries refused are
 logged (their id and the error's type, never a label's contents) and dropped. An outage
 (``LedgerError``) drops nothing: it is raised with every entry of the page left pending.
 """
@@ -29,7 +31,7 @@ from pydantic import ValidationError
 from sqlalchemy import exc as sa_exc
 
 from shared import keys
-from shared.labels import Label
+from shared.labels import Label, refused_fields
 from worker.ledger import Ledger
 
 __all__ = ["consumer_name", "store_label_stream"]
@@ -138,7 +140,9 @@ def _parse(entry_id: str, raw: dict[Any, Any]) -> list[Found]:
     # A time past what datetime holds is OverflowError or OSError (the platform's gmtime),
     # labels nested deeper than the parser goes RecursionError: none a ValueError.
     except (KeyError, ValueError, ValidationError, OverflowError, OSError, RecursionError) as exc:
-        log.warning("labels.skipped", entry=entry_id, why=type(exc).__name__)
+        # The fields a label broke say why (a weight out of bounds), never their values.
+        named = {"fields": refused_fields(exc)} if isinstance(exc, ValidationError) else {}
+        log.warning("labels.skipped", entry=entry_id, why=type(exc).__name__, **named)
         return []
     return [(label, at, fields.get("entry_id")) for label in labels]
 

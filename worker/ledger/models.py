@@ -37,6 +37,7 @@ __all__ = [
     "calls",
     "jobs",
     "labels",
+    "labels_set_aside",
     "metadata",
     "to_utc",
 ]
@@ -191,11 +192,49 @@ labels = Table(
     Column("stored_at", UTCDateTime, nullable=False),
     UniqueConstraint("job_id", "question_id", name="uq_labels_job_question"),
     CheckConstraint("source IN ('audit', 'escalation')", name="source"),
-    CheckConstraint("weight > 0", name="weight_positive"),
+    # A Label's own bounds (shared.labels; MIN_WEIGHT and MAX_WEIGHT of shared.calibration):
+    # what the figures can count. Ranges, not ``> 0``: on PostgreSQL NaN compares greater than
+    # every number, so only an upper bound refuses it (revision 0005).
+    CheckConstraint(
+        "probability IS NULL OR (probability >= 0 AND probability <= 1)",
+        name="probability_share",
+    ),
+    CheckConstraint(
+        "confidence IS NULL OR (confidence >= 0 AND confidence <= 1)", name="confidence_share"
+    ),
+    CheckConstraint("weight >= 1e-9 AND weight <= 1e9", name="weight_bounded"),
 )
 
 # What calibration groups by, and what a calibrated threshold looks up.
 Index("ix_labels_question", labels.c.question_id, labels.c.provider, labels.c.model)
+
+# Labels revision 0005 found out of bounds, moved here whole (their ids too) rather than
+# deleted: a reviewer's answer cannot be made again. Nothing reads it; a person may mend a
+# row and put it back in ``labels``, or delete it.
+labels_set_aside = Table(
+    "labels_set_aside",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("job_id", String, nullable=False),
+    Column("question_id", String, nullable=False),
+    Column("batch", String, nullable=True),
+    Column("question_type", String, nullable=False),
+    Column("provider", String, nullable=True),
+    Column("model", String, nullable=True),
+    Column("machine_answer", Text, nullable=True),
+    Column("probability", Float, nullable=True),
+    Column("confidence", Float, nullable=True),
+    Column("human_answer", Text, nullable=True),
+    Column("correct", Boolean, nullable=False),
+    Column("reviewer", String, nullable=False),
+    Column("resolved_at", UTCDateTime, nullable=False),
+    Column("source", String, nullable=False),
+    Column("reason", String, nullable=False),
+    Column("weight", Float, nullable=False),
+    Column("entry_id", String, nullable=True),
+    Column("stored_at", UTCDateTime, nullable=False),
+    Column("set_aside_at", UTCDateTime, nullable=False),
+)
 
 # A budget (``worker.ledger.budget_ops``): ``batch:<name>`` or ``day:<provider>:<date>``.
 # ``committed_usd`` is the running total of what its calls hold: the reservation of each call
