@@ -9,9 +9,10 @@ call time: keys are read when needed and never stored here.
 
 What is removed from a text (``scrub_text``):
 
-- every known secret value, verbatim, case-folded, URL-quoted and base64-encoded (plain,
-  URL-safe, unpadded, and of ``Bearer <value>``), and any base64 token that decodes to text
-  holding one (``Basic`` credentials ``user:<value>``, however aligned);
+- every known secret value (a key variable's as it is and stripped, as it is sent),
+  verbatim, case-folded, URL-encoded, JSON-escaped and base64-encoded (plain, URL-safe,
+  unpadded, and of ``Bearer <value>``), and any base64 token that decodes to text holding
+  one (``Basic`` credentials ``user:<value>``, however aligned);
 - the userinfo, query string and fragment of every URL (``https://host/path`` is kept);
 - known key shapes: ``sk-…``, ``Bearer``/``Basic``/``Token`` credentials, ``api_key=…``,
   ``password='…'`` and their kin, GitHub, Slack and AWS key ids, JSON web tokens.
@@ -32,7 +33,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any, Final
-from urllib.parse import quote
+from urllib.parse import quote, quote_plus
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
@@ -89,11 +90,17 @@ def watch_key_env(name: str) -> None:
 
 
 def current_secrets(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """The marked secrets and the values of the key variables set now."""
+    """The marked secrets and the values of the key variables set now, each as it is and
+    stripped: the transport sends a key stripped (a secret file's final line break is not
+    part of it), and that is the form a host echoes back. A value of whitespace only is the
+    transport's "unset", and no secret (it would eat a text's line breaks)."""
     env = os.environ if environ is None else environ
     with _lock:
         names, marked = sorted(_key_envs), set(_marked)
-    values = {env[name] for name in names if env.get(name)} | marked
+    values: set[str] = set()
+    for value in [env.get(name) or "" for name in names] + sorted(marked):
+        if value.strip():
+            values |= {value, value.strip()}
     return tuple(sorted(values, key=len, reverse=True))
 
 
@@ -170,14 +177,31 @@ def _b64_variants(raw: bytes) -> set[str]:
 
 
 def secret_forms(value: str) -> tuple[str, ...]:
-    """The forms of ``value`` a text may carry: itself, URL-quoted, base64 of it and of
-    ``Bearer <value>`` (padded or not, standard or URL-safe). Longest first."""
+    """The forms of ``value`` a text may carry: itself; URL-encoded (``quote`` with and
+    without ``/`` kept, ``quote_plus``); JSON-escaped inside a string, as encoders write it
+    (``\\uXXXX`` or the character itself beyond ASCII, ``\\"`` and ``\\\\``); base64 of it
+    and of ``Bearer <value>`` (padded or not, standard or URL-safe); and each of those with
+    ``/`` written ``\\/`` (PHP's JSON, and others'). Longest first.
+
+    Case is matched loosely by the caller (``%2f``, ``\\u00E9``). ``Basic`` credentials,
+    ``base64("user:<value>")``, are found by decoding (``remove_secrets``), not listed here.
+    At most about twenty forms a secret, built once a set of secrets (``_secrets_pattern``)
+    and only on error and recording paths: a paid call's own path never scrubs.
+    """
     if not value:
         return ()
-    forms = {value, quote(value, safe=""), quote(value)}
+    forms = {
+        value,
+        quote(value, safe=""),
+        quote(value),
+        quote_plus(value),
+        json.dumps(value)[1:-1],
+        json.dumps(value, ensure_ascii=False)[1:-1],
+    }
     if len(value) >= MIN_FUZZY_CHARS:
         raw = value.encode("utf-8")
         forms |= _b64_variants(raw) | _b64_variants(b"Bearer " + raw)
+    forms |= {f.replace("/", "\\/") for f in forms if "/" in f}
     return tuple(sorted(forms, key=len, reverse=True))
 
 

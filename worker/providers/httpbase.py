@@ -8,7 +8,6 @@ and evidence; the sending, the error handling and the receipts are here, once.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Final
@@ -37,6 +36,7 @@ from worker.providers.outbound import (
     TransportPolicy,
     TransportResponse,
     UnknownCost,
+    read_key,
 )
 
 __all__ = ["CALL_KEY_HEADER", "HttpDecisionProvider", "per_token_worst"]
@@ -105,12 +105,15 @@ class HttpDecisionProvider:
 
     @property
     def key_is_set(self) -> bool:
-        """Whether a key would be found now (never the key itself)."""
-        if self._paid.auth is None or self._paid.auth.fixed_key:
+        """Whether a key would be found now and sent (never the key itself): a key the send
+        would refuse (``read_key``: a line break inside it, say) is as good as none."""
+        if self._paid.auth is None:
             return True
-        if self._paid.auth.env_var is None:
+        try:
+            read_key(self._paid.auth, self.name)
+        except DecisionProviderError:
             return False
-        return bool(os.environ.get(self._paid.auth.env_var, "").strip())
+        return True
 
     def prepare(self, request: DecisionRequest, *, step: str = "decide") -> PreparedRequest:
         raise NotImplementedError

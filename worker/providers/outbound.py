@@ -30,6 +30,7 @@ __all__ = [
     "TransportPolicy",
     "TransportResponse",
     "UnknownCost",
+    "key_problem",
     "parse_retry_after",
     "read_key",
 ]
@@ -113,21 +114,56 @@ ErrorDetailsFn = Callable[[int, httpx.Headers, bytes], ErrorDetails]
 
 
 def read_key(auth: AuthSpec, provider: str) -> str:
-    """The key, read by its variable's name now; ``configuration`` naming the variable if unset."""
-    if auth.fixed_key:
-        return auth.fixed_key
-    if auth.env_var is None:
+    """The key, read by its variable's name now, without surrounding whitespace (a secret
+    file's final line break); ``configuration`` naming the variable if it is unset or holds
+    what no header can carry (``key_problem``)."""
+    fixed = (auth.fixed_key or "").strip()
+    if fixed:
+        key, where = fixed, f"the key given to {provider}"
+    elif auth.env_var is None:
         raise DecisionProviderError(
             "configuration", "no key variable is configured; nothing was sent", provider=provider
         )
-    key = os.environ.get(auth.env_var, "").strip()
-    if not key:
+    else:
+        key, where = os.environ.get(auth.env_var, "").strip(), auth.env_var
+        if not key:
+            raise DecisionProviderError(
+                "configuration",
+                f"{auth.env_var} is not set; nothing was sent",
+                provider=provider,
+            )
+    problem = key_problem(key)
+    if problem is not None:
+        # Refused here, as an unset key is: httpx would refuse it only while building or
+        # writing the request, which books the call as possibly sent.
         raise DecisionProviderError(
             "configuration",
-            f"{auth.env_var} is not set; nothing was sent",
+            f"{where} holds {problem}; a key is visible ASCII only; nothing was sent",
             provider=provider,
         )
     return key
+
+
+def key_problem(key: str) -> str | None:
+    """What in ``key`` (already stripped) a header cannot carry, named by kind only (never
+    the character's place, nor the key); ``None`` if every character is visible ASCII.
+
+    HTTP allows a space or a tab inside a header value, but never inside a key: one there is
+    a pasted ``Bearer ...`` or two values run together.
+    """
+    if key.isascii() and key.isprintable() and " " not in key:
+        return None  # the common case, at C speed: read_key runs on every request
+    for char in key:
+        if "!" <= char <= "~":
+            continue
+        if char in "\r\n":
+            return "a line break"
+        if char in " \t":
+            return "a space or a tab"
+        if char < " " or char == "\x7f":
+            return "a control character"
+        return "a non-ASCII character"
+    return None
 
 
 def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
