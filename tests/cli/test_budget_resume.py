@@ -9,10 +9,12 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 import redis
 import sqlalchemy as sa
 
 from shared import keys
+from shared.errors import EscalationNotFound
 from shared.fingerprint import job_fingerprint
 from shared.job_parsing import parse_job
 from tests.cli.support import Outcome, decisions, traceback_in
@@ -110,3 +112,62 @@ def test_a_batch_a_crashed_resume_left_reopened_is_resumed_but_the_unreadable_jo
         _check(_resume(tmp_path, url), ledger, r)
         poison = ledger.get_job(POISON)
         assert poison is not None and poison.resumes == 1 and not poison.finished
+
+
+def test_a_resumed_jobs_escalation_leaves_the_reviewers_queue(tmp_path: Path) -> None:
+    """Left there, a reviewer could resolve it after the resume: a resolution for a job the
+    resumed run also answers. The unreadable job, not resumed, keeps its escalation."""
+    from shared.escalations import EscalationQueue
+    from shared.streams import publish_once
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    ledger = _exhausted_batch(url)
+    with redis_database(REDIS_DB) as r:
+        for job_id in (POISON, GOOD):
+            publish_once(
+                r, stream="r", job_id=job_id, message_type="escalation",
+                message_json=_exhausted_message(job_id), escalation=True,
+            )  # fmt: skip
+        queue = EscalationQueue(r)
+        held = queue.claim("ann")
+        assert held is not None
+        _check(_resume(tmp_path, url), ledger, r)
+        assert [item.message.job_id for item in queue.open()] == [POISON]
+        if held.message.job_id == GOOD:
+            with pytest.raises(EscalationNotFound):
+                queue.resolve(held.entry_id, "ann", {"q": True})
+
+
+def test_a_job_resolved_before_the_resume_is_left_alone(tmp_path: Path) -> None:
+    from shared.escalations import EscalationQueue
+    from shared.streams import publish_once
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    ledger = _exhausted_batch(url)
+    with redis_database(REDIS_DB) as r:
+        publish_once(
+            r, stream="r", job_id=GOOD, message_type="escalation",
+            message_json=_exhausted_message(GOOD), escalation=True,
+        )  # fmt: skip
+        queue = EscalationQueue(r)
+        held = queue.claim("ann")
+        assert held is not None
+        queue.resolve(held.entry_id, "ann", {"q": True})
+        done = _resume(tmp_path, url)
+        assert "resumed 0 job(s)" in done.stdout, done.output
+        assert "1 resolved by a reviewer left alone" in done.stdout, done.output
+        assert _queued(r) == []
+        good = ledger.get_job(GOOD)
+        assert good is not None and good.finished and good.resumes == 0
+
+
+def _exhausted_message(job_id: str) -> str:
+    from shared.verdicts import escalation
+
+    job = parse_job(
+        {
+            "id": job_id, "batch": BATCH, "reply_to": "r", "state": "s",
+            "questions": {"q": {"type": "noul", "instructions": "Urgent?"}},
+        }
+    )  # fmt: skip
+    return escalation(job, "budget_exhausted", "spent", []).to_json()

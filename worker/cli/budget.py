@@ -19,9 +19,10 @@ import redis
 import typer
 from rich.table import Table
 
-from shared import keys, strict_json
+from shared import strict_json
 from shared.client import Client
 from shared.errors import JobInvalid, NotStrictJSON
+from shared.escalation_withdrawal import withdraw_escalations
 from shared.job_parsing import parse_job
 from shared.limits import MAX_BUDGET_USD
 from shared.settings import get_settings
@@ -143,12 +144,12 @@ def show(
 @budget_app.command("resume")
 def resume(batch: str = typer.Argument(..., help="the batch")) -> None:
     """Run again the batch's jobs that escalated budget_exhausted (nothing was sent for them;
-    nothing else is run again). Those a reviewer resolved meanwhile are left alone."""
+    nothing else is run again). Those a reviewer resolved meanwhile are left alone; the
+    others' escalations leave the reviewers' queue first."""
     settings = get_settings()
     ledger = _ledger()
     streams = redis.Redis.from_url(settings.redis_url)
     exhausted = ledger.exhausted_jobs(batch)
-    resolved = frozenset(j for j in exhausted if streams.exists(keys.resolved_record(j)))
     status = ledger.budget(batch)
     if status is not None and status.left_usd is not None and status.left_usd <= 0:
         err_console.print(
@@ -169,7 +170,18 @@ def resume(batch: str = typer.Argument(..., help="the batch")) -> None:
         jobs[row.job_id] = job
         return True
 
-    rows = ledger.reopen_exhausted(batch, exclude=resolved, keep=readable)
+    # A job's escalation leaves the queue before the job is reopened, in one step with the
+    # check that no reviewer resolved it (``shared.escalation_withdrawal``): resolved after
+    # the resume, it would publish a resolution for a job that also gets the resumed run's
+    # terminal message. Only jobs whose stored job reads are withdrawn: the others stay as
+    # they are, escalation included.
+    stored = (ledger.get_job(job_id) for job_id in exhausted)
+    candidates = [row.job_id for row in stored if row is not None and readable(row)]
+    withdrawal = withdraw_escalations(streams, candidates)
+    resolved = frozenset(withdrawal.resolved)
+    rows = ledger.reopen_exhausted(
+        batch, exclude=frozenset(exhausted) - withdrawal.withdrawn, keep=readable
+    )
     for job_id, why in sorted(unreadable.items()):
         err_console.print(
             f"{job_id}: left as it is, its stored job cannot be read ({why})",
