@@ -32,6 +32,7 @@ from pydantic import (
 from shared import keys
 from shared.images import ImageKey, JobImage
 from shared.judgments.specs import RouteFields, SiftFields, VerifySpec
+from shared.ledger_text import LedgerText, no_control_characters
 from shared.limits import (
     MAX_BUDGET_USD,
     MAX_JOB_IMAGES,
@@ -66,6 +67,7 @@ JobId = Annotated[
         min_length=1, max_length=200, pattern=r"^[^\s\x00-\x1f]([^\x00-\x1f]*[^\s\x00-\x1f])?$"
     ),
 ]
+
 #: How far a producer's ``submitted_at`` may run ahead of the clock that judges deadlines
 #: (machines' clocks differ by this much); a stamp later than that is clamped to its now.
 SUBMITTED_AT_ALLOWANCE_S = 5.0
@@ -94,7 +96,7 @@ class JobBase(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: JobId = Field(..., description="the producer's idempotency key, unique per logical job")
-    batch: str | None = Field(None, max_length=200)
+    batch: LedgerText | None = Field(None, max_length=200)
     reply_to: StreamName = Field(..., description="the Redis stream that gets the terminal message")
     deadline: AwareDatetime | None = Field(None, description="absolute UTC deadline")
     timeout_s: float | None = Field(None, gt=0, description="deadline relative to submission")
@@ -140,8 +142,8 @@ class DecideJob(JobBase):
     kind: Literal["decide"] = "decide"
     state: State
     questions: dict[str, Question] = Field(..., min_length=1)
-    provider: str | None = Field(None, min_length=1, description="default from settings")
-    model: str | None = Field(None, min_length=1, description="default from the provider")
+    provider: LedgerText | None = Field(None, min_length=1, description="default from settings")
+    model: LedgerText | None = Field(None, min_length=1, description="default from the provider")
     verify: VerifySpec | None = Field(None, description="independent decisions that must agree")
     pack: bool = Field(
         False,
@@ -178,6 +180,10 @@ class DecideJob(JobBase):
         for qid in value:
             if not qid.strip():
                 raise ValueError("question ids must not be empty")
+            try:
+                no_control_characters(qid)  # a label's question_id in the ledger
+            except ValueError as exc:
+                raise ValueError(f"question id {qid!r} {exc}") from None
         return value
 
 
@@ -200,8 +206,8 @@ class MenuRuntime(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    provider: str | None = Field(None, min_length=1, description="default: settings")
-    model: str | None = Field(None, min_length=1, description="default: the runtime's")
+    provider: LedgerText | None = Field(None, min_length=1, description="default: settings")
+    model: LedgerText | None = Field(None, min_length=1, description="default: the runtime's")
 
 
 class MenuWork(BaseModel):

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, field_validator, model_validator
 
+from shared.ledger_text import LedgerText
 from shared.questions import (
     MAX_CHOICE_OPTIONS,
     CalibratedFloor,
@@ -73,8 +74,11 @@ class VerifySpec(BaseModel):
         None, ge=1, le=MAX_VERIFY_COUNT,
         description=f"verifying decisions, 1 to {MAX_VERIFY_COUNT} (default 1; 2 at high stakes)",
     )
-    provider: str | None = Field(None, min_length=1, description="default: the job's provider")
-    model: str | None = Field(None, min_length=1, description="default: the provider's")
+    # Kept in the ledger's calls: no control characters (``shared.ledger_text``).
+    provider: LedgerText | None = Field(
+        None, min_length=1, description="default: the job's provider"
+    )
+    model: LedgerText | None = Field(None, min_length=1, description="default: the provider's")
     stakes: Literal["normal", "high"] = "normal"
 
     @model_validator(mode="after")
@@ -94,8 +98,9 @@ class VerifySpec(BaseModel):
 
 
 class _Provided(BaseModel):
-    provider: str | None = Field(None, min_length=1, description="default from settings")
-    model: str | None = Field(None, min_length=1, description="default from the provider")
+    # Kept in the ledger's calls: no control characters (``shared.ledger_text``).
+    provider: LedgerText | None = Field(None, min_length=1, description="default from settings")
+    model: LedgerText | None = Field(None, min_length=1, description="default from the provider")
 
 
 class SiftFields(_Provided):
