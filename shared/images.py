@@ -15,7 +15,8 @@ worker, which fetches it just before planning the job's requests, without follow
 redirect, within the size and format limits here: ``worker.kinds.image_store``). It never names an
 arbitrary URL: the host, the port and the path must all fall inside an allowlisted prefix,
 after refusing whatever could make two readings of one URL disagree (user info, ``..``
-segments, percent-encoded dots, slashes or backslashes, a query, a fragment).
+segments, percent-encoded dots, slashes, backslashes or percent signs, a ``;``, a query, a
+fragment).
 """
 
 from __future__ import annotations
@@ -130,13 +131,18 @@ class JobImage(BaseModel):
         return base64.b64decode(self.data_base64)
 
 
-# Whatever could make the URL the check reads differ from the one a client fetches.
-_AMBIGUOUS = re.compile(r"%(2e|2f|5c|00)|\\|[\x00-\x20\x7f]", re.IGNORECASE)
+# Whatever could make the URL the check reads differ from the one a server serves: encoded
+# . / \ NUL, and an encoded % (``%252e%252e`` is ``..`` to a server that decodes twice); a
+# ``;`` (``..;/`` is ``../`` to a server that cuts path parameters, as Tomcat does).
+_AMBIGUOUS = re.compile(r"%(2e|2f|5c|00|25)|[\\;]|[\x00-\x20\x7f]", re.IGNORECASE)
 
 
 def _url_problem(url: str) -> str | None:
     if _AMBIGUOUS.search(url):
-        return "a ref has no spaces, control characters, backslashes or encoded . / \\"
+        return (
+            "a ref has no spaces, control characters, backslashes, semicolons or encoded "
+            ". / \\ %"
+        )
     try:
         parts = urlsplit(url)
         port = parts.port

@@ -135,6 +135,23 @@ def test_a_ref_outside_the_allowlist_is_refused(ref: str) -> None:
     assert ref_problem(ref, STORE) is not None
 
 
+@pytest.mark.parametrize(
+    "ref",
+    [
+        # Read as ../ by a server that cuts path parameters at ";" (Tomcat) or decodes twice.
+        "https://images.example.com/claims/..;/admin/a.png",
+        "https://images.example.com/claims/a.png;jsessionid=1",
+        "https://images.example.com/claims/%252e%252e/admin/a.png",
+        "https://images.example.com/claims/%252E%252E%252Fadmin",
+        "https://images.example.com/claims/100%25.png",
+    ],
+)
+def test_a_ref_a_server_may_read_as_another_path_is_refused(ref: str) -> None:
+    assert ref_problem(ref, STORE) is not None
+    with pytest.raises(ValueError, match="ref"):
+        JobImage(format="png", ref=ref)
+
+
 def test_a_ref_inside_the_allowlist_is_taken_and_no_store_means_none_is() -> None:
     assert ref_problem("https://IMAGES.example.com:443/claims/2026/a.png", STORE) is None
     assert "DECISIONS_IMAGE_STORES" in (ref_problem("https://images.example.com/a", []) or "")

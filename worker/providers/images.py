@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import io
 import re
+import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -43,6 +44,7 @@ __all__ = [
     "JEV_MAX_SIDE_PX",
     "JEV_MIN_SIDE_PX",
     "MAX_IMAGE_BYTES",
+    "MAX_IMAGE_PIXELS",
     "ImagePlan",
     "is_jev",
     "plan_images",
@@ -53,6 +55,12 @@ DANGER_ZONE_IMAGES_HEADER: Final = "TypeSafe-Danger-Zone-Images"
 IMAGE_FIELDS_KEY: Final = "image_fields"
 JEV_MIN_SIDE_PX: Final = 280
 JEV_MAX_SIDE_PX: Final = 1568
+#: The most pixels (width x height, as the header says) an image may claim, checked before
+#: Pillow opens it. Jev takes at most 1568 px a side; the largest input any vision model
+#: documents is 8000 x 8000 px (Anthropic's), and the other hosts scale a larger image down
+#: before a model sees it. It stays under Pillow's own bomb threshold (about 89 megapixels:
+#: a warning, twice that an error), so an image that passes here never trips Pillow's.
+MAX_IMAGE_PIXELS: Final = 8000 * 8000
 
 _KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _JEV = re.compile(r"(^|/)jev(-|$)")
@@ -84,6 +92,93 @@ def _refuse(provider: str, field: str, message: str) -> DecisionProviderError:
     )
 
 
+class _Unreadable(Exception):
+    """An image header that cannot be read (internal: refused by the image's field)."""
+
+
+# Chunks (PNG) or segments (JPEG) before the pixels, and bytes of fill or junk between JPEG
+# segments, that a header may hold. Real images have a few dozen parts at most (an ICC
+# profile split into JPEG segments is the longest) and a few bytes of fill; Pillow reads a
+# part at a time and junk a byte at a time, so 16 MiB of either kept it busy for seconds.
+_MAX_HEADER_PARTS: Final = 1024
+_MAX_JPEG_JUNK: Final = 64 * 1024
+
+
+def _png_sides(data: bytes) -> list[tuple[int, int]]:
+    """Every IHDR's width and height before the pixels (IDAT): Pillow takes the last one,
+    a well-formed PNG has exactly one, the first chunk."""
+    sides: list[tuple[int, int]] = []
+    pos = len(_MAGIC["png"])
+    for _ in range(_MAX_HEADER_PARTS):
+        if pos + 8 > len(data):
+            break
+        length, kind = struct.unpack_from(">I4s", data, pos)
+        if kind == b"IDAT":
+            return sides
+        if kind == b"IHDR":
+            if length != 13 or pos + 8 + length > len(data):
+                raise _Unreadable
+            sides.append(struct.unpack_from(">II", data, pos + 8))
+        elif not sides:
+            raise _Unreadable  # the first chunk of a PNG is its IHDR
+        pos += 12 + length
+    raise _Unreadable  # no pixels, or not within the parts a header may hold
+
+
+# JPEG markers read as Pillow's table (PIL.JpegImagePlugin.MARKER) reads them, so that this
+# finds the frames Pillow finds: with no length after them (a stuffed 00, TEM, JPG, RSTn,
+# SOI, EOI, where Pillow reads on, and JPGn), and start-of-frame (SOFn: C0 to CF but DHT C4,
+# JPG C8 and DAC CC; and DHP DE), whose segment holds the height and width.
+_JPEG_STANDALONE: Final = frozenset({0x00, 0x01, 0xC8, *range(0xD0, 0xDA), *range(0xF0, 0xFE)})
+_JPEG_FRAMES: Final = frozenset({*range(0xC0, 0xD0), 0xDE}) - {0xC4, 0xC8, 0xCC}
+_JPEG_SCAN: Final = 0xDA
+_NOT_FF = re.compile(rb"[^\xff]")
+
+
+def _jpeg_sides(data: bytes) -> list[tuple[int, int]]:
+    """Every start-of-frame's width and height before the first scan (the pixels)."""
+    sides: list[tuple[int, int]] = []
+    pos = len(_MAGIC["jpeg"]) - 1  # the magic's last 0xFF begins the first marker
+    junk = 0
+    for _ in range(_MAX_HEADER_PARTS):
+        fill = data.find(b"\xff", pos)
+        found = _NOT_FF.search(data, fill) if fill >= 0 else None
+        if found is None:
+            break
+        at = found.start()  # the marker's byte, after one or more 0xFF
+        junk += at - 1 - pos  # junk before the 0xFF and fill bytes: Pillow skips both
+        if junk > _MAX_JPEG_JUNK:
+            break
+        marker = data[at]
+        if marker == _JPEG_SCAN:
+            return sides
+        if marker in _JPEG_STANDALONE:
+            pos = at + 1
+            continue
+        if at + 3 > len(data):
+            break
+        (length,) = struct.unpack_from(">H", data, at + 1)
+        if marker in _JPEG_FRAMES:
+            if length < 7 or at + 1 + length > len(data):
+                break
+            height, width = struct.unpack_from(">HH", data, at + 4)
+            sides.append((width, height))
+        pos = at + 1 + max(length, 2)  # a length under 2 skips only itself, as in Pillow
+    raise _Unreadable  # no pixels, or not within the parts and junk a header may hold
+
+
+def _claimed_sides(data: bytes, fmt: ImageFormat) -> tuple[int, int]:
+    """The largest width and height the header claims, read without Pillow (which would
+    refuse a bomb with an error of its own, or only warn of one)."""
+    sides = _png_sides(data) if fmt == "png" else _jpeg_sides(data)
+    if not sides:
+        raise _Unreadable
+    width, height = max(sides, key=lambda side: side[0] * side[1])
+    if width < 1 or height < 1:
+        raise _Unreadable
+    return width, height
+
+
 def _format_and_size(data: bytes, *, provider: str, field: str) -> tuple[ImageFormat, int, int]:
     if len(data) > MAX_IMAGE_BYTES:
         raise _refuse(provider, field, "image over 16 MiB")
@@ -94,18 +189,32 @@ def _format_and_size(data: bytes, *, provider: str, field: str) -> tuple[ImageFo
         fmt = "jpeg"
     else:
         raise _refuse(provider, field, "an image must be PNG or JPEG")
+    try:
+        width, height = _claimed_sides(data, fmt)
+    except _Unreadable:
+        raise _refuse(provider, field, "the image cannot be read") from None
+    if width * height > MAX_IMAGE_PIXELS:
+        raise _refuse(
+            provider, field,
+            f"image is {width}x{height} px, over the {MAX_IMAGE_PIXELS:,} px any model takes",
+        )
     # Imported here: only image requests pay for Pillow, the optional [images] extra;
     # without it the job is refused by this field, before anything is sent.
     try:
-        from PIL import Image, UnidentifiedImageError
+        from PIL import Image
     except ImportError:
         raise _refuse(provider, field, PILLOW_MISSING) from None
 
+    # Pillow reads the header only (no pixels are decoded), and what it raises for a
+    # damaged one is open-ended (OSError, ValueError, SyntaxError, struct.error, its bomb
+    # error...): every failure to read it refuses the image, never the job's run.
     try:
         with Image.open(io.BytesIO(data)) as image:
             width, height = image.size
-    except (UnidentifiedImageError, OSError):
+    except Exception:
         raise _refuse(provider, field, "the image cannot be read") from None
+    if width < 1 or height < 1 or width * height > MAX_IMAGE_PIXELS:
+        raise _refuse(provider, field, "the image cannot be read")
     return fmt, width, height
 
 
