@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import io
+import struct
+import zlib
 from typing import Any
 
 import httpx
@@ -206,6 +208,23 @@ def test_a_body_over_32_mib_is_413(client: httpx.Client) -> None:
 IMAGES = {"TypeSafe-Danger-Zone-Images": "true"}
 
 
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+#: A PNG whose IHDR's length says 1 (Pillow: ValueError "Truncated IHDR chunk"), and a
+#: 68-byte PNG claiming 40000 x 40000 px (Pillow: DecompressionBombError).
+TRUNCATED_IHDR = base64.b64encode(
+    bytes.fromhex("89504e470d0a1a0a00000001494844520000002800" "00001e0802000000d1bfcb8a")
+).decode()
+PNG_BOMB = base64.b64encode(
+    b"\x89PNG\r\n\x1a\n"
+    + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", 40_000, 40_000, 8, 2, 0, 0, 0))
+    + _png_chunk(b"IDAT", zlib.compress(b"\0" * 10))
+    + _png_chunk(b"IEND", b"")
+).decode()
+
+
 def image_body(model: str = "typesafe/jev-1.14", **assets: Any) -> dict[str, Any]:
     body = system_one_body(model=model, state={"note": "see <i1>", "other": "<i2>"})
     body["assets"] = assets or {
@@ -263,6 +282,9 @@ def test_a_token_in_a_question_references_too(client: httpx.Client) -> None:
         {"type": "file", "format": "png", "data_base64": png()},
         {"type": "image", "format": "png", "data_base64": png(200, 300)},  # Jev: too small
         {"type": "image", "format": "png", "data_base64": png(1600, 300)},  # Jev: too large
+        # Headers Pillow raised ValueError and DecompressionBombError for (a 500 before).
+        {"type": "image", "format": "png", "data_base64": TRUNCATED_IHDR},
+        {"type": "image", "format": "png", "data_base64": PNG_BOMB},
     ],
 )
 def test_bad_assets_are_400(client: httpx.Client, asset: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ from shared.canonical import canonical_bytes
 from shared.errors import DecisionProviderError
 from worker.providers.observers import REPLAY_MISS_HEADER, observing
 from worker.testing.faux import FauxProvider, FauxServer
-from worker.testing.faux.replay import REPLAY_MISS_STATUS, ReplayStore
+from worker.testing.faux.replay import MAX_RECORDING_BYTES, REPLAY_MISS_STATUS, ReplayStore
 from worker.testing.recording import Recorder
 
 from .support import MODEL, STATE, decide, questions, request, settings_at
@@ -64,6 +64,31 @@ def _shape(doc: dict[str, Any]) -> None:
     doc["response"] = ["not", "an", "object"]
 
 
+def _response_edit(
+    *, status: int | None = None, headers: dict[str, str] | None = None
+) -> Callable[[dict[str, Any]], None]:
+    def change(doc: dict[str, Any]) -> None:
+        if status is not None:
+            doc["response"]["status"] = status
+        doc["response"]["headers"].update(headers or {})
+
+    return change
+
+
+def _deep(path: Path) -> None:
+    # Deeper than Python's recursion limit: json.loads raised RecursionError (a 500).
+    path.write_text(
+        '{"format": "decisions-recording/1", "request": {}, "response": {"status": 200, '
+        '"body": ' + "[" * 100_000 + "]" * 100_000 + "}}"
+    )
+
+
+def _oversize(path: Path) -> None:
+    document = json.loads(path.read_text())
+    document["padding"] = "x" * (MAX_RECORDING_BYTES + 1)
+    path.write_text(json.dumps(document))
+
+
 CORRUPTIONS: dict[str, Callable[[Path], None]] = {
     "truncated": lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]),
     "not-utf8": lambda p: p.write_bytes(b"\xff\xfe" + p.read_bytes()),
@@ -73,6 +98,18 @@ CORRUPTIONS: dict[str, Callable[[Path], None]] = {
     "header-not-latin1": lambda p: _edit(p, _non_latin_header),
     "base64": lambda p: _edit(p, _base64),
     "shape": lambda p: _edit(p, _shape),
+    # Hand-edited recordings that broke the connection or answered 500 before.
+    "deep-json": _deep,
+    "oversize": _oversize,
+    "content-length": lambda p: _edit(p, _response_edit(headers={"content-length": "99999"})),
+    "transfer-encoding": lambda p: _edit(
+        p, _response_edit(headers={"Transfer-Encoding": "chunked"})
+    ),
+    "connection": lambda p: _edit(p, _response_edit(headers={"connection": "close"})),
+    "status-101": lambda p: _edit(p, _response_edit(status=101)),
+    "status-204-body": lambda p: _edit(p, _response_edit(status=204)),
+    "status-304-body": lambda p: _edit(p, _response_edit(status=304)),
+    "huge-header": lambda p: _edit(p, _response_edit(headers={"x-a": "a" * 200_000})),
 }
 
 

@@ -55,6 +55,7 @@ __all__ = [
     "ALWAYS_SECRET_HEADERS",
     "RECORDING_FORMAT",
     "REDACTED",
+    "WIRE_HEADERS",
     "Recorder",
     "field_digests",
     "recorder_for",
@@ -70,8 +71,9 @@ ALWAYS_SECRET_HEADERS: Final = frozenset(
     {"authorization", "proxy-authorization", "x-api-key", "cookie", "set-cookie",
      "www-authenticate", "proxy-authenticate"}
 )
-#: Headers describing the bytes on the wire, not the body we keep (it is stored decoded).
-_WIRE_HEADERS: Final = frozenset(
+#: Headers describing the bytes on the wire, not the body we keep (it is stored decoded):
+#: never recorded, and a recording that holds one is refused by the replay.
+WIRE_HEADERS: Final = frozenset(
     {"content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive"}
 )
 
@@ -222,7 +224,7 @@ class Recorder:
         }
 
     def _headers(self, observed: ObservedResponse, forms: tuple[str, ...]) -> dict[str, str]:
-        dropped = self.secret_headers | _WIRE_HEADERS
+        dropped = self.secret_headers | WIRE_HEADERS
         if observed.auth_header:
             dropped = dropped | {observed.auth_header.lower()}
         kept: dict[str, str] = {}

@@ -10,10 +10,11 @@ with what differs (model, questions, state, ...); the transport turns that heade
 provider error's message, so a CI run fails with it instead of inventing an answer. Misses
 are kept (``misses()``) and logged.
 
-A recording that cannot be used (not JSON, not a recording, a response that cannot be sent:
-a bad status, a header no HTTP/1.1 connection can carry, bad base64) is a miss too, naming
-the file and what is wrong, so the job gets the same report as any other miss, never a 500
-or a dropped connection.
+A recording that cannot be used (not JSON or too deep to parse, over ``MAX_RECORDING_BYTES``,
+not a recording, a response that cannot be sent: a status outside 200 to 599, a body on a
+204 or 304, a header HTTP/1.1 cannot carry or one that frames the message, too many headers,
+bad base64) is a miss too, naming the file and what is wrong: the job gets the usual miss
+report, never a 500 or a dropped connection.
 
 Recordings are indexed, not re-read: the closest recording is found among summaries (each
 request's field and question digests) kept per file and refreshed from the directory's
@@ -37,11 +38,17 @@ from pathlib import Path
 from typing import Any, Final
 
 from worker.providers.observers import REPLAY_MISS_HEADER
-from worker.testing.recording import RECORDING_FORMAT, field_digests, recording_path
+from worker.testing.recording import RECORDING_FORMAT, WIRE_HEADERS, field_digests, recording_path
 
 from .outcome import FauxResponse, json_response
 
-__all__ = ["REPLAY_MISS_STATUS", "ReplayMiss", "ReplayStore", "UnusableRecording"]
+__all__ = [
+    "MAX_RECORDING_BYTES",
+    "REPLAY_MISS_STATUS",
+    "ReplayMiss",
+    "ReplayStore",
+    "UnusableRecording",
+]
 
 #: "No recording found": a 4xx, so the call fails definitively and is never retried.
 REPLAY_MISS_STATUS: Final = 404
@@ -54,6 +61,21 @@ _DIGEST = re.compile(r"[0-9a-f]{1,128}")
 #: RFC 9110 token characters (a header name) and a value HTTP/1.1 can carry.
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
+#: A recording file's largest size: twice the longest answer a worker reads by default
+#: (DECISIONS_MAX_RESPONSE_BYTES, 16 MiB), so that one recorded indented or in base64 fits.
+#: A file is read whole and parsed on the faux's event loop, for each request it answers:
+#: a larger one is no recording, and reading it would stall every request the faux serves.
+MAX_RECORDING_BYTES: Final = 32 * 1024 * 1024
+#: Recorded headers' largest total (names and values). A client drops the connection on a
+#: response head past its own limit (httpcore's: 100 kB; many take 8 to 16 kB); a provider's
+#: recorded headers are a kilobyte or two.
+_MAX_HEADER_BYTES: Final = 16 * 1024
+#: Headers that frame the message or manage the connection, hop by hop: the server sets
+#: its own content-length, so a recorded one (never written by ``decisions record``) would
+#: contradict the body it sends and break the connection.
+_FRAMING_HEADERS: Final = WIRE_HEADERS | {"te", "trailer", "upgrade", "proxy-connection"}
+#: Statuses that carry no body (RFC 9110): a recorded body on one cannot be sent.
+_NO_BODY_STATUSES: Final = frozenset({204, 304})
 
 logger = logging.getLogger(__name__)
 
@@ -113,9 +135,11 @@ class ReplayStore:
             return None
         path = recording_path(self.directory, digest)
         try:
-            text = path.read_text("utf-8")
+            text = _read_text(path)
         except FileNotFoundError:
             return None
+        except UnusableRecording:
+            raise
         except (OSError, ValueError) as exc:
             raise UnusableRecording(f"cannot be read ({type(exc).__name__})") from None
         return _document(text)
@@ -186,7 +210,7 @@ class ReplayStore:
     def _read(self, path: Path, stamp: tuple[int, int]) -> _Indexed:
         self.files_read += 1
         try:
-            document = _document(path.read_text("utf-8"))
+            document = _document(_read_text(path))
             summary = _summary(document)
         except (OSError, ValueError) as exc:
             problem = str(exc) if isinstance(exc, UnusableRecording) else type(exc).__name__
@@ -218,11 +242,24 @@ class ReplayStore:
         )
 
 
+def _read_text(path: Path) -> str:
+    """The file's text; ``UnusableRecording`` past ``MAX_RECORDING_BYTES`` (read no further)."""
+    with path.open("rb") as file:
+        data = file.read(MAX_RECORDING_BYTES + 1)
+    if len(data) > MAX_RECORDING_BYTES:
+        raise UnusableRecording(
+            f"it is over {MAX_RECORDING_BYTES // (1024 * 1024)} MiB, more than a recording holds"
+        )
+    return data.decode("utf-8")
+
+
 def _document(text: str) -> dict[str, Any]:
     try:
         document = json.loads(text)
     except ValueError:
         raise UnusableRecording("it is not JSON") from None
+    except RecursionError:
+        raise UnusableRecording("it is nested too deep to be read") from None
     if not _is_recording(document):
         raise UnusableRecording(f"it is not a {RECORDING_FORMAT} recording")
     assert isinstance(document, dict)
@@ -260,8 +297,9 @@ def _is_recording(document: Any) -> bool:
 def _response(recorded: Mapping[str, Any]) -> FauxResponse:
     """The recorded response as the faux sends it; ``UnusableRecording`` if it cannot be."""
     status = recorded.get("status")
-    if not isinstance(status, int) or isinstance(status, bool) or not 100 <= status <= 599:
-        raise UnusableRecording(f"its status {status!r} is not an HTTP status")
+    # An informational status (1xx) is no final answer: a client waits on past it.
+    if not isinstance(status, int) or isinstance(status, bool) or not 200 <= status <= 599:
+        raise UnusableRecording(f"its status {str(status)[:20]!r} is not a final HTTP status")
     raw_headers = recorded.get("headers") or {}
     if not isinstance(raw_headers, dict):
         raise UnusableRecording("its headers are not an object")
@@ -269,11 +307,20 @@ def _response(recorded: Mapping[str, Any]) -> FauxResponse:
     for name, value in headers.items():
         if not _HEADER_NAME.fullmatch(name) or not _HEADER_VALUE.fullmatch(value):
             raise UnusableRecording(f"its header {name[:40]!r} cannot be sent over HTTP/1.1")
+        if name.lower() in _FRAMING_HEADERS:
+            raise UnusableRecording(
+                f"its header {name!r} frames the message or the connection, which the faux "
+                "does itself"
+            )
+    if sum(len(name) + len(value) for name, value in headers.items()) > _MAX_HEADER_BYTES:
+        raise UnusableRecording(
+            f"its headers are over {_MAX_HEADER_BYTES // 1024} kB, more than clients take"
+        )
     if "body" in recorded:
         try:
             text = json.dumps(recorded["body"], separators=(",", ":"), ensure_ascii=False)
             body = text.encode()
-        except (TypeError, ValueError, UnicodeEncodeError):
+        except (TypeError, ValueError, UnicodeEncodeError, RecursionError):
             raise UnusableRecording("its body cannot be encoded") from None
         headers.setdefault("content-type", "application/json")
     elif "body_text" in recorded:
@@ -286,6 +333,8 @@ def _response(recorded: Mapping[str, Any]) -> FauxResponse:
             body = base64.b64decode(str(recorded.get("body_base64", "")), validate=True)
         except (binascii.Error, ValueError):
             raise UnusableRecording("its body_base64 is not base64") from None
+    if body and status in _NO_BODY_STATUSES:
+        raise UnusableRecording(f"it has a body, which a {status} response cannot carry")
     return FauxResponse(status, headers, body)
 
 
