@@ -35,6 +35,7 @@ from shared.settings import Settings, get_settings
 
 __all__ = [
     "COMMAND_EXPORT_TIMEOUT_S",
+    "EXCEPTION_TYPE",
     "NO_SPAN",
     "TRACES_PATH",
     "annotate",
@@ -51,6 +52,8 @@ __all__ = [
 TRACES_PATH: Final = "/v1/traces"
 #: A batch's export, retries included, from a command that exits once it has submitted.
 COMMAND_EXPORT_TIMEOUT_S: Final = 2.0
+#: The attribute naming the type of an exception that left a span (OpenTelemetry's name).
+EXCEPTION_TYPE: Final = "exception.type"
 _DEFAULT_SERVICE: Final = "decision-worker"
 
 _lock = threading.Lock()
@@ -144,10 +147,29 @@ def enabled() -> bool:
     return (_tracer if _tracer is not None else configure()) is not False
 
 
-def flush(timeout_s: float = 5.0) -> None:
-    """Export the spans still batched (before a process exits); nothing when off."""
-    if _provider is not None:
-        _provider.force_flush(int(timeout_s * 1000))
+def flush(timeout_s: float = 5.0) -> bool:
+    """Export the spans still batched (before a process exits), waiting at most
+    ``timeout_s``; True when they were handed over in time (or tracing is off).
+
+    The SDK's ``force_flush`` ignores its timeout: it exports batch after batch, each
+    waiting up to the exporter's own timeout (10 s by default), so a collector that accepts
+    and never answers held a worker's shutdown 20 s for ``flush(5.0)``. It runs on a daemon
+    thread here, which the caller stops waiting for; the spans it had not sent are lost
+    with the process, as the collector's silence would lose them anyway.
+    """
+    provider = _provider
+    if provider is None:
+        return True
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            provider.force_flush(int(timeout_s * 1000))
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="decisions-tracing-flush", daemon=True).start()
+    return done.wait(timeout_s)
 
 
 def span(
@@ -156,7 +178,8 @@ def span(
     """A span around a block, the current one inside it; ``None`` values are left out.
 
     Entered, it gives the span (``None`` when tracing is off); an exception leaving the
-    block is recorded on it and sets its status to error.
+    block sets its status to error and ``EXCEPTION_TYPE`` to its type's name, never its
+    message or stack (``_started``).
     """
     tracer = _tracer
     if tracer is None:
@@ -169,12 +192,33 @@ def span(
 
 @contextlib.contextmanager
 def _started(tracer: Any, name: str, kind: str, attributes: Mapping[str, Any]) -> Iterator[Any]:
-    from opentelemetry.trace import SpanKind
+    from opentelemetry.trace import SpanKind, Status, StatusCode
 
+    # The SDK's default records an exception as an event with its message and stack, and
+    # its text as the status description: a ledger DataError exported its SQL parameters
+    # (parts of a job's state) and 12 kB of stack. Only the type's name is kept.
     with tracer.start_as_current_span(
-        name, kind=SpanKind[kind.upper()], attributes=_clean(attributes)
+        name,
+        kind=SpanKind[kind.upper()],
+        attributes=_clean(attributes),
+        record_exception=False,
+        set_status_on_exception=False,
     ) as current:
-        yield current
+        try:
+            yield current
+        except BaseException as exc:
+            named = _type_name(exc)
+            current.set_attribute(EXCEPTION_TYPE, named)
+            current.set_status(Status(StatusCode.ERROR, named))
+            raise
+
+
+def _type_name(exc: BaseException) -> str:
+    """``ValueError``, or ``sqlalchemy.exc.DataError``: the exception's type, no more."""
+    cls = type(exc)
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def annotate(target: Any = None, /, **attributes: Any) -> None:
