@@ -78,7 +78,7 @@ class JobLifecycle:
         try:
             job = parse_job(raw)
             if not has_refs(job):
-                return job, plan(job)
+                return job, _planned(job, plan)
             # Image refs are fetched (from the allowlisted stores only) for the plan, by the
             # job's deadline; the job, its row and its fingerprint keep the refs.
             left = (self.deadline(job) - self.ledger.now()).total_seconds()
@@ -86,7 +86,7 @@ class JobLifecycle:
                 fetched = await resolve_refs(job, self.settings, timeout_s=left)
             except JobInvalid as exc:
                 return await self.refs_not_fetched(raw, job, exc.problems)
-            return job, plan(fetched)
+            return job, _planned(fetched, plan)
         except JobInvalid as exc:
             return await self.outbox.reject(raw, exc.problems)
 
@@ -174,3 +174,21 @@ class JobLifecycle:
 
     async def publish(self, row: JobRow, stream: str) -> str:
         return await self.outbox.publish(row, stream)
+
+
+def _planned(job: AnyJob, plan: Callable[[AnyJob], P]) -> P:
+    """``plan(job)``; a plan that fails other than by naming a field (``JobInvalid``) is a
+    bug, and still only this job's: it is rejected (nothing was claimed nor sent yet), where
+    the error would have ended the whole chunk's task and every job in it without a terminal
+    message (a crafted image header did, through Pillow)."""
+    try:
+        return plan(job)
+    except JobInvalid:
+        raise
+    except Exception as exc:
+        log.exception("job.unplannable", job_id=job.id, kind=job.kind)
+        why = (
+            f"the worker could not plan this job ({type(exc).__name__}); nothing was sent. "
+            "This is a bug in decisions: please report it with the worker's log"
+        )
+        raise JobInvalid([FieldProblem("(job)", why)], job.id) from None
