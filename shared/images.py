@@ -137,12 +137,22 @@ class JobImage(BaseModel):
 _AMBIGUOUS = re.compile(r"%(2e|2f|5c|00|25)|[\\;]|[\x00-\x20\x7f]", re.IGNORECASE)
 
 
+#: A ``%`` that does not begin an escape: servers differ on what it means.
+_BARE_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
 def _url_problem(url: str) -> str | None:
     if _AMBIGUOUS.search(url):
         return (
             "a ref has no spaces, control characters, backslashes, semicolons or encoded "
             ". / \\ %"
         )
+    if not url.isascii():
+        # A store that normalises Unicode reads "‥" or fullwidth dots as "..", and a host
+        # in Unicode has two spellings: one form only, the one on the wire.
+        return "a ref is ASCII: a host in its xn-- form, other characters %-encoded"
+    if _BARE_PERCENT.search(url):
+        return "a ref's % begins two hex digits"
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -156,6 +166,8 @@ def _url_problem(url: str) -> str | None:
         return "a ref has no query or fragment"
     if any(segment in (".", "..") for segment in parts.path.split("/")):
         return "a ref has no . or .. path segments"
+    if "//" in parts.path:
+        return "a ref has no empty path segments (//)"  # some servers merge them, some not
     del port
     return None
 

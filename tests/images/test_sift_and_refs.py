@@ -129,6 +129,13 @@ STORE = [store_prefix("https://images.example.com/claims")]
         "file:///etc/passwd",
         "gopher://images.example.com/claims/a.png",
         "https://images.example.com/claims/a .png",
+        "https://images.example.com/claims/\u2025/admin/a.png",  # two-dot leader
+        "https://images.example.com/claims/\uff0e\uff0e/admin/a.png",  # fullwidth dots
+        "https://images.example.com/claims/a.png\u3000",
+        "https://images.exampl\u00e9.com/claims/a.png",
+        "https://images.example.com/claims/%ZZ/a.png",
+        "https://images.example.com/claims/a.png%",
+        "https://images.example.com/claims//a.png",
     ],
 )
 def test_a_ref_outside_the_allowlist_is_refused(ref: str) -> None:
