@@ -48,6 +48,7 @@ __all__ = [
     "JOB_TYPES",
     "MAX_RETRIES",
     "MAX_WORK_STEPS",
+    "MIN_AUDIT_RATE",
     "SUBMITTED_AT_ALLOWANCE_S",
     "DecideJob",
     "Job",
@@ -68,6 +69,8 @@ JobId = Annotated[
     ),
 ]
 
+#: The smallest non-zero ``audit_rate``: ``1 / shared.calibration.MAX_WEIGHT``.
+MIN_AUDIT_RATE = 1e-9
 #: How far a producer's ``submitted_at`` may run ahead of the clock that judges deadlines
 #: (machines' clocks differ by this much); a stamp later than that is clamped to its now.
 SUBMITTED_AT_ALLOWANCE_S = 5.0
@@ -125,6 +128,16 @@ class JobBase(BaseModel):
         # A field validator (batch is validated first), so the rejection names this field.
         if value is not None and info.data.get("batch") is None:
             raise ValueError("a budget belongs to a batch: set batch too")
+        return value
+
+    @field_validator("audit_rate")
+    @classmethod
+    def _audit_rate_that_counts(cls, value: float | None) -> float | None:
+        # Below one in a billion an audit picks next to no job, and its label could not be
+        # stored: its weight would be over shared.calibration.MAX_WEIGHT (the reviewer's
+        # answer then made no label at all). 0 (no audits) stays allowed.
+        if value is not None and 0 < value < MIN_AUDIT_RATE:
+            raise ValueError(f"is 0 or at least {MIN_AUDIT_RATE:g} (one in a billion)")
         return value
 
     @field_validator("timeout_s")

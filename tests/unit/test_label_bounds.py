@@ -169,3 +169,26 @@ def test_labels_lighter_than_min_weight_cannot_count_and_do_not_raise(weight: fl
 
 def replace_weight(label: Scored, weight: float) -> Scored:
     return Scored(label.correct, label.confidence, label.probability, weight)
+
+
+@pytest.mark.parametrize("rate", [5e-324, 1e-12, 9.99e-10])
+def test_a_job_refuses_an_audit_rate_whose_labels_could_not_count(rate: float) -> None:
+    from shared.errors import JobInvalid
+    from shared.job_parsing import parse_job
+
+    job = {
+        "id": "a", "reply_to": "r", "state": "s", "audit_rate": rate,
+        "questions": {"q": {"type": "noul", "instructions": "Urgent?"}},
+    }  # fmt: skip
+    with pytest.raises(JobInvalid) as info:
+        parse_job(job)
+    assert [p.field for p in info.value.problems] == ["audit_rate"]
+    assert parse_job({**job, "audit_rate": 0}).audit_rate == 0
+    assert parse_job({**job, "audit_rate": 1e-9}).audit_rate == 1e-9
+
+
+def test_the_smallest_audit_rate_is_the_inverse_of_the_heaviest_weight() -> None:
+    from shared.calibration import MAX_WEIGHT
+    from shared.jobs import MIN_AUDIT_RATE
+
+    assert MIN_AUDIT_RATE == 1 / MAX_WEIGHT
