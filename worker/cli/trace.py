@@ -1,5 +1,6 @@
 """``decisions trace JOB_ID``: a job's calls as a tree, from the ledger, and the reviewer's
-resolution of its escalation (who, when, the answer) from Redis.
+resolution of its escalation (who, when, the answer) from Redis
+(``worker.cli.trace_resolution``, re-exported here).
 
 Model calls (``pick.0``, re-picks ``pick.1`` ..., work turns ``turn.N``) at the top, each
 turn's tool executions (``tool.N``) under it, a handler's or tool's own model calls
@@ -19,18 +20,21 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-import redis
 import typer
 from rich.markup import escape
 from rich.tree import Tree
 
-from shared import keys
-from shared.replies import ResolutionMessage, parse_reply
 from shared.settings import get_settings
 from worker.cli.terminal import console, err_console
+from worker.cli.trace_resolution import (
+    Resolution,
+    lookup_resolution,
+    resolution_json,
+    resolution_label,
+    resolution_of,
+)
 from worker.kinds.menus import HANDLER_PROVIDER
 from worker.ledger import CallRow, JobRow, Ledger
 
@@ -271,58 +275,6 @@ def _job_label(row: JobRow) -> str:
     return f"[bold]job {escape(row.job_id)}[/]  {row.kind}{batch}  [bold]{escape(outcome)}[/]"
 
 
-@dataclass(frozen=True)
-class Resolution:
-    """A reviewer's answer to the job's escalation, as recorded in Redis."""
-
-    reviewer: str
-    at: datetime | None
-    answer: Any
-    #: Why it could not be read in full (Redis down, the reply entry trimmed); None if read.
-    problem: str | None = None
-
-
-def resolution_of(client: redis.Redis, row: JobRow) -> Resolution | None:
-    """The job's resolution: who and when from ``keys.resolved_record``, the answer from the
-    resolution message in the job's reply stream; None if nobody resolved it."""
-    raw: Any = client.hgetall(keys.resolved_record(row.job_id))
-    record = {_text(k): _text(v) for k, v in raw.items()}
-    if not record:
-        return None
-    at_ms = record.get("resolved_at_ms")
-    at = datetime.fromtimestamp(int(at_ms) / 1000, UTC) if at_ms and at_ms.isdigit() else None
-    reviewer = record.get("reviewer", "?")
-    entry = record.get("reply_entry_id")
-    if not entry or not keys.is_reply_name(row.reply_to):
-        return Resolution(reviewer, at, None, "the resolution message's entry is not recorded")
-    rows: Any = client.xrange(keys.reply_stream(row.reply_to), min=entry, max=entry)
-    if not rows:
-        return Resolution(reviewer, at, None, f"entry {entry} is no longer in {row.reply_to!r}")
-    fields = {_text(k): _text(v) for k, v in rows[0][1].items()}
-    try:
-        message = parse_reply(fields.get("message", ""))
-    except ValueError:
-        return Resolution(reviewer, at, None, f"entry {entry} is not a readable message")
-    if not isinstance(message, ResolutionMessage):
-        return Resolution(
-            reviewer, at, None, f"entry {entry} is a {message.type}, not a resolution"
-        )
-    return Resolution(message.reviewer or reviewer, at, message.answer)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _resolution_label(found: Resolution) -> str:
-    when = found.at.strftime("%Y-%m-%d %H:%M:%S UTC") if found.at else "at an unknown time"
-    line = f"[bold green]resolved[/] by [bold]{escape(found.reviewer)}[/] {when}"
-    if found.problem:
-        return f"{line}\n[yellow]answer not shown: {escape(found.problem)}[/]"
-    answer = json.dumps(found.answer, ensure_ascii=False, sort_keys=True)
-    return f"{line}\nanswer: {escape(answer)}"
-
-
 def render(row: JobRow, calls: list[CallRow], resolution: Resolution | str | None = None) -> Tree:
     tree = Tree(_job_label(row))
 
@@ -336,7 +288,7 @@ def render(row: JobRow, calls: list[CallRow], resolution: Resolution | str | Non
     if not calls:
         tree.add("[dim]no calls[/]")
     if isinstance(resolution, Resolution):
-        tree.add(_resolution_label(resolution))
+        tree.add(resolution_label(resolution))
     elif resolution is not None:
         tree.add(f"[yellow]resolution: {escape(resolution)}[/]")
     return tree
@@ -372,32 +324,8 @@ def _as_json(
         "outcome": row.terminal_type,
         "reason": row.terminal_reason,
         "calls": [node(n) for n in build_tree(calls)],
-        "resolution": _resolution_json(resolution),
+        "resolution": resolution_json(resolution),
     }
-
-
-def _resolution_json(resolution: Resolution | str | None) -> Any:
-    if isinstance(resolution, Resolution):
-        return {
-            "reviewer": resolution.reviewer,
-            "at": resolution.at.isoformat() if resolution.at else None,
-            "answer": resolution.answer,
-            "problem": resolution.problem,
-        }
-    return None if resolution is None else {"problem": resolution}
-
-
-def _lookup_resolution(row: JobRow) -> Resolution | str | None:
-    """Only an escalated job can have one; Redis out of reach is said, not an error."""
-    if row.terminal_type != "escalation":
-        return None
-    client = redis.Redis.from_url(get_settings().redis_url)
-    try:
-        return resolution_of(client, row)
-    except redis.RedisError as exc:
-        return f"Redis unreachable ({type(exc).__name__}); not known whether it was resolved"
-    finally:
-        client.close()
 
 
 def register(app: typer.Typer) -> None:
@@ -414,7 +342,7 @@ def register(app: typer.Typer) -> None:
             err_console.print(f"[red]no job {escape(job_id)} in the ledger[/] ({ledger.url})")
             raise typer.Exit(1)
         calls = ledger.calls(job_id)
-        resolution = _lookup_resolution(row)
+        resolution = lookup_resolution(row)
         if as_json:
             typer.echo(json.dumps(_as_json(row, calls, resolution), indent=2))
             return
