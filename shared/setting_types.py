@@ -7,6 +7,7 @@ password in its repr; ``MaskedRepr`` masks every URL-looking string of a model's
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
+from urllib.parse import parse_qs, urlsplit
 
 from pydantic import AfterValidator, BaseModel, Field
 
@@ -14,16 +15,21 @@ from shared.scrub import mask_url
 
 __all__ = [
     "MAX_SECONDS",
+    "BrokerUrl",
     "ChatHost",
     "ConsoleUser",
+    "HttpUrl",
     "MaskedRepr",
     "MaskedUrl",
+    "OptionalHttpUrl",
     "OptionalUrl",
     "ProviderLimit",
+    "RedisUrl",
     "Seconds",
     "SystemOneHost",
     "Url",
     "WholeSeconds",
+    "redis_database_problem",
 ]
 
 #: The longest time any setting may give (ten years). Times become deadlines, leases and
@@ -57,6 +63,75 @@ Url = Annotated[str, AfterValidator(MaskedUrl)]
 OptionalUrl = Annotated[str | None, AfterValidator(_masked_or_none)]
 
 
+#: The form of a Redis URL, as a fix names it.
+REDIS_FORM = "redis://HOST:PORT/DB"
+
+
+def redis_database_problem(url: str, *, broker: bool) -> str | None:
+    """What is wrong with the database a Redis URL names, or None (a URL of another scheme, or
+    no database: 0). Whether the server has that database only the server says.
+
+    redis-py read a path that is not a number (``/x``, ``/1/2``) as database 0, or 12, in
+    silence; Celery's transport failed on it, and on any ``?db=`` (it takes no such option),
+    with an error that named no setting."""
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    if broker and "db" in query:
+        return (
+            f"?db={query['db'][0]}: the broker's URL takes no such option; its database is the "
+            f"path, {REDIS_FORM}"
+        )
+    for value in query.get("db", []):
+        if not value.isdigit():
+            return f"?db={value} is not a database number; write {REDIS_FORM} (0 to 15)"
+    path = parts.path.strip("/")
+    # Without a host (redis:/x) the path is no database: that URL is explained as it is used.
+    if parts.scheme in ("redis", "rediss") and parts.netloc and path and not path.isdigit():
+        return f"{path!r} is not a database number: the path is the database, {REDIS_FORM}"
+    return None
+
+
+def _broker_database(url: str) -> str:
+    problem = redis_database_problem(url, broker=True)
+    if problem is not None:
+        raise ValueError(problem)
+    return url
+
+
+def _streams_database(url: str) -> str:
+    problem = redis_database_problem(url, broker=False)
+    if problem is not None:
+        raise ValueError(problem)
+    return url
+
+
+def _http_url(url: str) -> str:
+    # httpx refuses a URL without http(s):// or a host only when a request is made, which
+    # the providers book as a call of unknown outcome: every job escalated, the setting
+    # never named.
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("not an HTTP URL: write https://HOST/PATH (or http://HOST:PORT)")
+    return url
+
+
+def _optional_http_url(url: str | None) -> str | None:
+    return None if url is None else _http_url(url)
+
+
+#: A base URL of a provider, a host or the faux: an http(s) URL with a host, as a ``Url``.
+HttpUrl = Annotated[str, AfterValidator(_http_url), AfterValidator(MaskedUrl)]
+#: An optional one (the annotation stays ``str | None`` for the settings table).
+OptionalHttpUrl = Annotated[
+    str | None, AfterValidator(_optional_http_url), AfterValidator(_masked_or_none)
+]
+
+#: The broker's URL and the streams' Redis URL: a ``Url`` whose database is checked with the
+#: settings, not when a connection is made (``redis_database_problem``).
+BrokerUrl = Annotated[str, AfterValidator(_broker_database), AfterValidator(MaskedUrl)]
+RedisUrl = Annotated[str, AfterValidator(_streams_database), AfterValidator(MaskedUrl)]
+
+
 class MaskedRepr(BaseModel):
     """Every string that looks like a URL is masked in the repr, also one set without
     validation (``model_copy(update=...)``, a default)."""
@@ -73,7 +148,7 @@ class SystemOneHost(MaskedRepr):
 
     model_config = {"hide_input_in_errors": True}
 
-    base_url: Url
+    base_url: HttpUrl
     key_env: str
     default_model: str | None = None
     models: list[str] = Field(default_factory=list, description="models served; empty = any")
@@ -89,7 +164,7 @@ class ChatHost(MaskedRepr):
 
     model_config = {"hide_input_in_errors": True}
 
-    base_url: Url
+    base_url: HttpUrl
     key_env: str | None = None
     default_model: str | None = None
     models: list[str] = Field(default_factory=list, description="models served; empty = any")

@@ -30,11 +30,14 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from shared.message_size import message_cap_problem
 from shared.scrub import watch_key_env
 from shared.setting_types import (
+    BrokerUrl,
     ChatHost,
     ConsoleUser,
+    HttpUrl,
     MaskedRepr,
-    OptionalUrl,
+    OptionalHttpUrl,
     ProviderLimit,
+    RedisUrl,
     Seconds,
     SystemOneHost,
     Url,
@@ -68,8 +71,8 @@ class Settings(BaseSettings, MaskedRepr):
     )
 
     # --- where things live -------------------------------------------------------------
-    broker_url: Url = Field("redis://127.0.0.1:6379/0", description="Celery broker URL")
-    redis_url: Url = Field(
+    broker_url: BrokerUrl = Field("redis://127.0.0.1:6379/0", description="Celery broker URL")
+    redis_url: RedisUrl = Field(
         "redis://127.0.0.1:6379/0", description="Redis holding reply and escalation streams"
     )
     ledger_url: Url = Field("sqlite:///./decisions.db", description="SQLAlchemy URL of the ledger")
@@ -95,7 +98,7 @@ class Settings(BaseSettings, MaskedRepr):
         description="a provider's response body in bytes, decompressed: a longer one is not"
         " read, and the call is booked invalid_response (processed, never sent again)",
     )
-    faux_url: OptionalUrl = Field(
+    faux_url: OptionalHttpUrl = Field(
         None,
         description="base URL of a `decisions faux serve`, the fake provider (unset: no `faux`"
         " unless DECISIONS_FAUX_IN_PROCESS)",
@@ -108,13 +111,13 @@ class Settings(BaseSettings, MaskedRepr):
         " DECISIONS_FAUX_URL is unset (tests, demos; `decisions run` sets it)",
     )
     faux_latency_ms: float = Field(0.0, ge=0, description="latency of the in-process faux provider")
-    openrouter_base_url: Url = "https://openrouter.ai/api"
+    openrouter_base_url: HttpUrl = "https://openrouter.ai/api"
     openrouter_default_model: str | None = None
-    typesafe_base_url: Url = "https://api.typesafe.ai"
+    typesafe_base_url: HttpUrl = "https://api.typesafe.ai"
     typesafe_default_model: str = "jev-latest"
     # Prices: a negative one failed every job's ledger write, NaN made every cost NaN.
     typesafe_price_per_mtok_usd: float = Field(0.042, ge=0, allow_inf_nan=False)
-    parallel_base_url: Url = "https://api.parallel.ai"
+    parallel_base_url: HttpUrl = "https://api.parallel.ai"
     parallel_list_price_usd: float = Field(
         0.001,
         ge=0,
@@ -127,7 +130,7 @@ class Settings(BaseSettings, MaskedRepr):
         default_factory=lambda: ["fast"],
         validation_alias=AliasChoices("DECISIONS_PARALLEL_MODES", "PARALLEL_MODES"),
     )
-    openai_base_url: Url = "https://api.openai.com"
+    openai_base_url: HttpUrl = "https://api.openai.com"
     openai_default_model: str = "gpt-6-luna"
     openai_price_per_mtok_usd: float = Field(0.10, ge=0, allow_inf_nan=False)
     systemone_hosts: dict[str, SystemOneHost] = Field(

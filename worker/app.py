@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import structlog
 from celery import Celery, signals
@@ -108,7 +108,29 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> Celery:
     return celery
 
 
-app = create_app()
+def _refuse(exc: Exception) -> NoReturn:
+    """Stop the worker's start with ``exc`` explained as ``decisions`` explains it."""
+    from worker.cli.errors import explain  # only when refusing: it imports a lot
+
+    explanation = explain(exc)
+    problem, *fix = explanation.lines() or [type(exc).__name__]
+    sys.stderr.write("".join(f"{line}\n" for line in [f"refusing to start: {problem}", *fix]))
+    # Celery logs and swallows an Exception from a signal handler; SystemExit it does not.
+    raise SystemExit(explanation.exit_code) from None
+
+
+def _app_of_the_celery_command() -> Celery:
+    try:
+        return create_app()
+    except Exception as exc:
+        if "celery.bin.celery" not in sys.modules:
+            raise  # imported by code of its own, which sees the error as it is
+        # Loaded by `celery -A worker.app ...`, which printed "Unable to load celery
+        # application" and the traceback of the settings' error: explained instead.
+        _refuse(exc)
+
+
+app = _app_of_the_celery_command()
 
 
 @signals.worker_init.connect
@@ -120,6 +142,30 @@ def _refuse_bad_visibility(sender: Any = None, **_: Any) -> None:
         # anyway); SystemExit is not one, so `celery -A worker.app worker` refuses too.
         sys.stderr.write(f"refusing to start: {exc}\n")
         raise SystemExit(2) from None
+
+
+@signals.celeryd_init.connect
+def _refuse_what_fails_every_task(sender: Any = None, **_: Any) -> None:
+    # What `decisions worker` checks before it starts Celery, for `celery -A worker.app
+    # worker` too (celeryd_init is sent by Celery's worker command only, not by the embedded
+    # run's worker), in the same order: the visibility timeout (checked again at worker_init,
+    # for every worker), a per-provider setting keyed by no provider, which would not apply,
+    # and a ledger behind this code's schema, which ended on Celery's "Unrecoverable error"
+    # and its traceback.
+    from worker.cli.startup import check_registries
+    from worker.ledger import Ledger
+
+    settings = get_settings()
+    try:
+        check_visibility_timeout(settings)
+        check_registries(settings)
+        ledger = Ledger.from_settings(settings)
+        try:
+            ledger.check_schema()
+        finally:
+            ledger.dispose()  # made again in the process that runs the tasks
+    except Exception as exc:
+        _refuse(exc)
 
 
 @signals.worker_ready.connect

@@ -12,13 +12,14 @@ status it exits with: through the real command, one or two lines and never a tra
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.cli.support import Outcome, decisions, traceback_in
-from tests.support.processes import decisions_env, worker_process
+from tests.cli.support import KEY_VARIABLES, Outcome, decisions, traceback_in
+from tests.support.processes import DECISIONS, decisions_env, worker_process
 from tests.support.services import REDIS_HOST, REDIS_PORT, free_port, redis_database, redis_url
 
 pytestmark = pytest.mark.integration
@@ -26,7 +27,10 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 #: This file's Redis database: the streams and broker of the cases that reach Redis.
 DB = 10
-BAD_DB_QUERY = f"redis://{REDIS_HOST}:{REDIS_PORT}/{DB}?db=x"
+#: Celery's own command, as an operator may start the worker: `celery -A worker.app worker`.
+CELERY = str(Path(DECISIONS).with_name("celery"))
+#: An option redis-py cannot read (``?db=x`` is refused with the settings, before any Redis).
+BAD_OPTION_QUERY = f"redis://{REDIS_HOST}:{REDIS_PORT}/{DB}?socket_timeout=x"
 
 
 @pytest.fixture
@@ -86,6 +90,53 @@ def test_the_worker_refuses_a_setting_keyed_by_no_provider(
     )
     (line,) = _explained(done, 2, "refusing to start", variable, *says, lines=1)
     assert "openrouter, typesafe, parallel, openai" in line
+
+
+def _celery_worker(workdir: Path, env: dict[str, str], **settings: str) -> Outcome:
+    """``celery -A worker.app worker`` with these settings, Redis where nothing listens."""
+    nowhere = f"redis://127.0.0.1:{free_port()}/12"
+    full_env = decisions_env(**{"redis_url": nowhere, "broker_url": nowhere, **settings})
+    for name in KEY_VARIABLES:
+        full_env.pop(name, None)
+    full_env.update(env)
+    done = subprocess.run(
+        [CELERY, "-A", "worker.app", "worker"],
+        cwd=workdir,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return Outcome(done.returncode, done.stdout, done.stderr)
+
+
+def test_celery_itself_refuses_a_setting_keyed_by_no_provider(workdir: Path) -> None:
+    # Only `decisions worker` and `decisions run` checked the names: started by Celery's own
+    # command, the worker went on to start (and the cap did not apply).
+    done = _celery_worker(
+        workdir,
+        {"DECISIONS_DAILY_CEILING_USD": '{"Faux": 0}'},
+        ledger_url=f"sqlite:///{workdir / 'ledger.db'}",
+    )
+    (line,) = _explained(
+        done, 2, "refusing to start", "DECISIONS_DAILY_CEILING_USD", "did you mean 'faux'", lines=1
+    )
+    assert line.startswith("refusing to start: DECISIONS_DAILY_CEILING_USD: 'Faux'")
+
+
+def test_celery_itself_refuses_a_ledger_behind_its_schema(workdir: Path) -> None:
+    # It ended on Celery's "Unrecoverable error" with the traceback of SchemaBehind.
+    done = _celery_worker(workdir, {}, ledger_url=f"sqlite:///{workdir / 'ledger.db'}")
+    _explained(done, 2, "refusing to start", "decisions migrate")
+
+
+def test_celery_itself_explains_a_setting_it_cannot_read(workdir: Path) -> None:
+    # Celery printed "Unable to load celery application" and the traceback of the settings'
+    # ValidationError: they are read as worker.app loads.
+    done = _celery_worker(workdir, {"DECISIONS_CHUNK_SIZE": "abc"})
+    (line, *_) = _explained(done, 2, "DECISIONS_CHUNK_SIZE='abc'", "integer")
+    assert line.startswith("refusing to start: DECISIONS_CHUNK_SIZE='abc'")
 
 
 def test_run_refuses_a_setting_keyed_by_no_provider(workdir: Path) -> None:
@@ -150,9 +201,9 @@ def test_the_worker_refuses_a_streams_url_it_cannot_read(
         cwd=workdir,
         timeout_s=60,
         broker_url=streams["broker_url"],
-        redis_url=BAD_DB_QUERY,
+        redis_url=BAD_OPTION_QUERY,
     )
-    _explained(done, 2, "refusing to start", "DECISIONS_REDIS_URL", "'db'")
+    _explained(done, 2, "refusing to start", "DECISIONS_REDIS_URL", "'socket_timeout'")
 
 
 @pytest.mark.parametrize(
@@ -165,10 +216,12 @@ def test_a_redis_url_option_it_cannot_read_is_named(
         *args,
         cwd=workdir,
         broker_url=streams["broker_url"],
-        redis_url=BAD_DB_QUERY,
+        redis_url=BAD_OPTION_QUERY,
         ledger_url=f"sqlite:///{workdir / 'ledger.db'}",
     )
-    (problem, *_) = _explained(done, 2, f"DECISIONS_REDIS_URL={BAD_DB_QUERY}", "'db'")
+    (problem, *_) = _explained(
+        done, 2, f"DECISIONS_REDIS_URL={BAD_OPTION_QUERY}", "'socket_timeout'"
+    )
     assert problem.startswith("DECISIONS_REDIS_URL")
 
 
