@@ -124,6 +124,25 @@ CASES = [
         {"redis_url": f"{LOCAL_REDIS}/99"},
         needs="redis",
     ),
+    # A database that is not a number was "a bug" (the broker's) or database 0 in silence
+    # (the streams'); ?db= is no option of the broker's URL at all. Nothing listens on either
+    # URL: refused with the settings, no Redis is reached (before, the streams' one was).
+    *(
+        Case(
+            f"{args[0]}-{variable.lower()}-db-{name}",
+            args,
+            2,
+            (f"DECISIONS_{variable}", says, "redis://HOST:PORT/DB"),
+            {"redis_url": NOWHERE_REDIS, "broker_url": NOWHERE_REDIS}
+            | {variable.lower(): f"redis://127.0.0.1:1{path}"},
+        )
+        for args in (SUBMIT, ("status",))
+        for variable in ("BROKER_URL", "REDIS_URL")
+        for name, path, says in (
+            ("not-a-number", "/x", "'x' is not a database number"),
+            ("query-not-a-number", "/0?db=x", "?db=x"),
+        )
+    ),
     Case(
         "escalations-list-redis-unreachable",
         ("escalations", "list"),
@@ -386,6 +405,85 @@ CASES = [
             ("metrics_port", "70000", "less than or equal to 65535"),
         )
     ),
+    # Not an HTTP URL: every job ran, escalated decision_interrupted after a "request sent"
+    # of unknown cost, and the run exited 0 without naming the setting.
+    Case(
+        "run-faux-url-not-a-url",
+        ("run", "one.jsonl"),
+        2,
+        ("DECISIONS_FAUX_URL='nonsense'", "https://HOST"),
+        {"faux_url": "nonsense"},
+    ),
+    Case(
+        "run-live-base-url-without-scheme",
+        ("run", "one.jsonl", "--live"),
+        2,
+        ("DECISIONS_OPENAI_BASE_URL='api.openai.com'", "https://HOST"),
+        {"openai_base_url": "api.openai.com"},
+    ),
+    # --- found by sweeping every command with ordinary mistakes ------------------------------
+    # A time that is not a number of seconds was "a bug" (NaN, or inf past time_t).
+    *(
+        Case(
+            f"{args[0]}-timeout-{value}",
+            (*args, "--timeout", value),
+            2,
+            ("--timeout", "seconds"),
+            {"redis_url": NOWHERE_REDIS, "broker_url": NOWHERE_REDIS},
+            lines=5,  # the usage box of a bad option value
+        )
+        for args in ((*SUBMIT, "--wait"), ("status",))
+        for value in ("nan", "inf", "-1")
+    ),
+    # The faux's options: a value its behaviour refused was "a bug" naming a pydantic field, a
+    # port past 65535 an OverflowError, a host that does not resolve a gaierror.
+    *(
+        Case(
+            f"faux-serve-{option[2:]}-{value}",
+            ("faux", "serve", "--port", "1", option, value),
+            2,
+            (option, value),
+            lines=5,
+        )
+        for option, value in (
+            ("--mode", "bogus"),
+            ("--latency-ms", "-5"),
+            ("--retry-after", "nan"),
+            ("--fail-first", "-1"),
+        )
+    ),
+    Case(
+        "faux-serve-status-code-999",
+        ("faux", "serve", "--port", "1", "--mode", "status", "--status-code", "999"),
+        2,
+        ("--status-code", "999"),
+        lines=5,
+    ),
+    *(
+        Case(f"faux-serve-port-{port}", ("faux", "serve", "--port", port), 2, ("--port",), lines=5)
+        for port in ("99999", "-5")
+    ),
+    Case(
+        "faux-serve-host-unknown",
+        ("faux", "serve", "--host", "no-such-host.invalid", "--port", "8765"),
+        2,
+        ("cannot listen on no-such-host.invalid:8765", "--host"),
+    ),
+    Case(
+        "faux-serve-host-not-here",
+        ("faux", "serve", "--host", "192.0.2.1", "--port", "8765"),  # TEST-NET-1: on no machine
+        2,
+        ("cannot listen on 192.0.2.1:8765", "--host"),
+    ),
+    # "Redis answered an error: Invalid stream ID ... @user_script:2", status 1.
+    Case(
+        "escalations-release-not-an-id",
+        ("escalations", "release", "not-an-id"),
+        2,
+        ("'not-an-id' is not an escalation id", "decisions escalations list"),
+        {"redis_url": f"{LOCAL_REDIS}/12"},
+        needs="redis",
+    ),
     Case(
         "submit-empty-file-wait",
         ("submit", "empty.jsonl", "--reply-to", "r1", "--wait"),
@@ -458,6 +556,19 @@ def test_submit_to_a_redis_broker_that_is_down_leaves_no_job_to_run_later(workdi
     assert f"cannot reach the broker at DECISIONS_BROKER_URL={broker}" in explanation[0]
     assert "queued before it failed" not in done.stderr  # none was
     assert records == (0, 0)
+
+
+def test_a_broker_database_out_of_range_is_named_with_the_fix(workdir: Path) -> None:
+    # It said "cannot reach the broker ... start the broker there": it is there.
+    broker = f"{LOCAL_REDIS}/99"
+    with redis_database(12):
+        done = decisions(*SUBMIT, cwd=workdir, redis_url=redis_url(12), broker_url=broker)
+    assert traceback_in(done.output) is None, traceback_in(done.output)
+    assert done.code == 2, done.output
+    explanation = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(explanation) == 2, done.stderr
+    assert f"DECISIONS_BROKER_URL={broker}" in explanation[0]
+    assert "0 to 15" in explanation[1] and "start the broker" not in done.stderr
 
 
 def test_debug_shows_the_traceback(workdir: Path) -> None:

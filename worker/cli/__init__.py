@@ -19,6 +19,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup, TyperOption
 
+from worker.cli import output
 from worker.cli.terminal import err_console
 
 __all__ = [
@@ -181,20 +182,35 @@ def _tidy(command: Any) -> None:
 
 
 def main() -> None:
-    argv = sys.argv[1:]
+    try:
+        try:
+            _run(sys.argv[1:])
+        finally:
+            # Here, inside the handler: output a full device or a closed pipe cannot take is
+            # explained (worker.cli.output), not left to the interpreter's flush at exit.
+            output.flush_stdout()
+    except Exception as exc:
+        if debug_wanted():
+            raise
+        _explain(exc)
+
+
+def _run(argv: list[str]) -> None:
     verb = verb_of(argv)
     if verb is None and "--version" in argv:  # answered without building any verb
         _print_version_now()
         return
-    try:
-        command = cli_command(verb)
-        command(prog_name="decisions")
-    except Exception as exc:
-        if debug_wanted():
-            raise
-        from worker.cli import errors  # only when something went wrong: it imports a lot
+    command = cli_command(verb)
+    command(prog_name="decisions")
 
-        explanation = errors.explain(exc)
+
+def _explain(exc: Exception) -> None:
+    from worker.cli import errors  # only when something went wrong: it imports a lot
+
+    explanation = errors.explain(exc)
+    # Standard error may be the full device too: then the status alone says it.
+    with contextlib.suppress(OSError):
         for line in explanation.lines():
             err_console.print(line, markup=False, highlight=False, soft_wrap=True)
-        sys.exit(explanation.exit_code)
+    output.discard_unwritten()
+    sys.exit(explanation.exit_code)

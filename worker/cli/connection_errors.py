@@ -18,6 +18,7 @@ import redis.exceptions
 from sqlalchemy import exc as sa_exc
 
 from worker.cli.explanation import RUNTIME, Explanation, masked, raw_setting, setting_url
+from worker.cli.ledger_file import file_problem
 from worker.ledger.errors import LedgerUnavailable
 
 __all__ = ["CONNECTION_HANDLERS", "URL_SETTINGS"]
@@ -45,6 +46,9 @@ def _ledger_operational(exc: sa_exc.OperationalError) -> Explanation:
 def _ledger_failure(detail: str) -> Explanation:
     where = f"the ledger at DECISIONS_LEDGER_URL={setting_url('ledger_url')}"
     detail = masked(" ".join(detail.split()))
+    in_file = file_problem(detail)  # a SQLite file it cannot write: which, and why
+    if in_file is not None:
+        return in_file
     missing = re.search(r'database "([^"]+)" does not exist', detail)
     if missing:
         return Explanation(
@@ -143,13 +147,7 @@ def _redis_answered(exc: redis.exceptions.ResponseError) -> Explanation:
     text = str(exc)
     if "DB index is out of range" in text:
         numbered = [v for v in _redis_variables() if _redis_db(URL_SETTINGS[v]) > 15]
-        variables = numbered or _redis_variables()
-        urls = ", ".join(f"{v}={setting_url(URL_SETTINGS[v])}" for v in variables)
-        return Explanation(
-            f"Redis has no such database: {urls}",
-            "use a database from 0 to 15 (redis://HOST:PORT/0), unless the server's "
-            "`databases` setting allows more",
-        )
+        return _no_such_database(numbered or _redis_variables())
     if "NOAUTH" in text or "WRONGPASS" in text:
         return Explanation(
             f"Redis refused the command: {text}",
@@ -158,10 +156,22 @@ def _redis_answered(exc: redis.exceptions.ResponseError) -> Explanation:
     return Explanation(f"Redis answered an error: {masked(text)}", None, RUNTIME)
 
 
+def _no_such_database(variables: list[str]) -> Explanation:
+    urls = ", ".join(f"{v}={setting_url(URL_SETTINGS[v])}" for v in variables)
+    return Explanation(
+        f"Redis has no such database: {urls}",
+        "use a database from 0 to 15 (redis://HOST:PORT/0), unless the server's "
+        "`databases` setting allows more",
+    )
+
+
 def _broker_unreachable(exc: kombu.exceptions.OperationalError) -> Explanation:
     url = setting_url("broker_url")
     if not _has_host(raw_setting("broker_url")):
         return _url_without_host("DECISIONS_BROKER_URL", "redis://HOST:PORT/DB")
+    if "DB index is out of range" in str(exc):
+        # The broker is there: "start the broker there" was the wrong fix.
+        return _no_such_database(["DECISIONS_BROKER_URL"])
     return Explanation(
         f"cannot reach the broker at DECISIONS_BROKER_URL={url} ({masked(str(exc))})",
         _unverified_fix(str(exc), ["DECISIONS_BROKER_URL"])

@@ -25,6 +25,7 @@ from pydantic_settings import SettingsError
 
 from shared.errors import ConfigurationError, DecisionWorkerError, SchemaBehind, SubmitFailed
 from shared.settings import Settings
+from worker.cli import output
 from worker.cli.connection_errors import CONNECTION_HANDLERS
 from worker.cli.explanation import RUNTIME, USAGE, Explanation, masked, setting_variable
 
@@ -49,6 +50,9 @@ EXTRAS = {
 #: Functions that parse a command-line value, and the option whose value they parse: a
 #: ``ValueError`` raised in one of them is a usage error of that option.
 OPTION_PARSERS = {"parse_price": "--price"}
+#: What a write fails with when the device cannot take it: full, over quota, too large, or
+#: failing.
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
 #: How the explanation of an error nobody foresaw begins.
 UNEXPECTED = "unexpected error"
 DEBUG_HINT = "decisions --debug ... (or DECISIONS_DEBUG=1) shows the traceback"
@@ -167,6 +171,18 @@ def _not_utf8(exc: UnicodeDecodeError) -> Explanation:
     )
 
 
+def _write_error(exc: OSError) -> Explanation | None:
+    """A write that no file name goes with: the output's (``>/dev/full``, ``| head -1``)."""
+    if exc.filename is not None:
+        return None
+    if exc.errno == errno.EPIPE and output.stdout_reader_gone():
+        # The reader had what it wanted: nothing to say, as other tools say nothing.
+        return Explanation("", None, RUNTIME)
+    if exc.errno in WRITE_ERRNOS:
+        return Explanation(f"decisions: write error: {exc.strerror or exc}", None, RUNTIME)
+    return None
+
+
 def _file_error(exc: OSError) -> Explanation | None:
     if exc.errno == errno.EADDRINUSE:
         return Explanation(
@@ -262,6 +278,7 @@ _HANDLERS: list[tuple[Any, Callable[[Any], Explanation | None]]] = [
     (ValueError, _option_value),
     (click.UsageError, _usage),
     (DecisionWorkerError, _project_error),
+    (OSError, _write_error),
     (OSError, _file_error),
     (TimeoutError, _timed_out),
 ]

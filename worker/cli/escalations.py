@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import re
 import socket
 import sys
 from pathlib import Path
@@ -29,6 +30,8 @@ from worker.cli.terminal import console, err_console
 __all__ = ["register"]
 
 escalations_app = typer.Typer(help="Decisions a machine should not make alone: for reviewers.")
+#: An escalation's id: its entry's id in the escalation stream (milliseconds-sequence).
+ENTRY_ID = re.compile(r"[0-9]{1,20}(-[0-9]{1,20})?")
 
 
 def register(app: typer.Typer) -> None:
@@ -191,6 +194,7 @@ def resolve(
     reviewer: str | None = REVIEWER,
 ) -> None:
     """Check the answer against the question or menu, publish it as the job's resolution."""
+    _check_entry_id(entry_id)
     parsed = _read_answer(answer, answer_file)
     try:
         resolution = _queue().resolve(entry_id, reviewer or _default_reviewer(), parsed)
@@ -254,6 +258,7 @@ def release(
     reviewer: str | None = REVIEWER,
 ) -> None:
     """Give an escalation back to the queue."""
+    _check_entry_id(entry_id)
     queue = _queue()
     who = reviewer or _default_reviewer()
     try:
@@ -262,6 +267,17 @@ def release(
         err_console.print(f"[red]{escape(_not_released(queue, entry_id, who, exc))}[/]")
         raise typer.Exit(1) from None
     console.print(f"released {entry_id}")
+
+
+def _check_entry_id(entry_id: str) -> None:
+    # An id of another shape was Redis's own error ("Invalid stream ID ... @user_script:2").
+    if not ENTRY_ID.fullmatch(entry_id):
+        err_console.print(
+            f"[red]{escape(repr(entry_id))} is not an escalation id[/] (one reads like "
+            "1712345678901-0: see decisions escalations list)",
+            highlight=False,
+        )
+        raise typer.Exit(2)
 
 
 def _not_released(queue: EscalationQueue, entry_id: str, reviewer: str, exc: Exception) -> str:

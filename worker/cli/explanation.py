@@ -36,7 +36,8 @@ class Explanation:
     exit_code: int = USAGE
 
     def lines(self) -> list[str]:
-        return [self.problem, *([self.fix] if self.fix else [])]
+        """What is printed: none for an error that says itself (a closed output pipe)."""
+        return [line for line in (self.problem, self.fix) if line]
 
 
 def setting_variable(field: str) -> str:

@@ -18,6 +18,7 @@ from shared.settings import Settings, get_settings
 from shared.streams import follow_stream, read_stream
 from shared.tracing import COMMAND_EXPORT_TIMEOUT_S
 from worker.cli.jsonl import JobLine, line_number, line_of, plain_reason, read_lines
+from worker.cli.option_values import seconds
 from worker.cli.terminal import console, err_console
 from worker.kinds.judgments import judgment_checker
 from worker.kinds.judgments.dryrun import print_report, report_json, worker_prices
@@ -40,7 +41,7 @@ def register(app: typer.Typer) -> None:
         ),
         chunk_size: int | None = typer.Option(None, "--chunk-size", help="jobs per Celery message"),
         timeout: float | None = typer.Option(
-            None, "--timeout", help="give up waiting after this many s"
+            None, "--timeout", callback=seconds, help="give up waiting after this many s"
         ),
         dry_run: bool = typer.Option(
             False, "--dry-run", help="validate and estimate requests and cost; send nothing"

@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
+from celery import signals
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from shared.errors import LedgerError
 from shared.rejection import rejection_for
 from shared.settings import get_settings
 from worker.cli.jsonl import read_lines, unreadable_problems
+from worker.cli.ledger_file import cannot_write
 from worker.cli.startup import check_registries
 from worker.cli.terminal import console, err_console
 from worker.embedded import RunSummary, at_the_faux, run_batch
 from worker.process.logs import configure_logging
 
-__all__ = ["register"]
+__all__ = ["LedgerRetries", "register"]
 
 
 def register(app: typer.Typer) -> None:
@@ -69,7 +73,7 @@ def register(app: typer.Typer) -> None:
             said = f"{problem.message} [stream id {stream_id}]"
             err_console.print(f"[yellow]line {number}[/]: {escape(said)}")
         jobs = [line.job for line in lines]
-        with Progress(
+        with LedgerRetries() as retries, Progress(
             TextColumn("[bold]jobs"),
             BarColumn(),
             MofNCompleteColumn(),
@@ -80,12 +84,59 @@ def register(app: typer.Typer) -> None:
             task = progress.add_task("jobs", total=None)
 
             def on_progress(done: int, total: int) -> None:
+                retries.check()  # raised here, the error ends the run (and is explained)
                 progress.update(task, completed=done, total=total)
 
             summary = run_batch(
                 jobs, settings=settings, out_dir=out, on_progress=on_progress, pack=pack
             )
         _print_summary(summary)
+
+
+class LedgerRetries:
+    """The run's tasks retried for the ledger (``RETRIED`` in ``worker.tasks``, for ever):
+    ``check`` raises the first error no retry will mend, and says each other one once.
+
+    A SQLite file that cannot be written (read-only, a full disk: ``worker.cli.ledger_file``)
+    stops the run, where it retried in silence and looked hung. An operator would expect
+    that: the run is one process with one ledger file, and no job can go on until someone
+    frees the disk or fixes the permissions. Stopping loses nothing: no request is sent that
+    the ledger did not record as claimed first, so the same batch can run again (what it
+    stored replays, a call sent and not recorded as answered is never sent again). Any other
+    ledger error (locked past the busy timeout, say) may pass: it is said once, and retried.
+    """
+
+    def __init__(self) -> None:
+        self._fatal: BaseException | None = None
+        self._seen: list[BaseException] = []
+        self._said: set[str] = set()
+
+    def __enter__(self) -> LedgerRetries:
+        signals.task_retry.connect(self._on_retry, weak=False)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signals.task_retry.disconnect(self._on_retry)
+
+    def _on_retry(self, sender: Any = None, reason: Any = None, **_: Any) -> None:
+        # On the embedded worker's thread: noted here, acted on by ``check`` on the run's.
+        error = getattr(reason, "exc", reason)
+        if not isinstance(error, LedgerError):
+            return
+        if self._fatal is None and cannot_write(error):
+            self._fatal = error
+        self._seen.append(error)
+
+    def check(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
+        while self._seen:
+            from worker.cli.errors import explain  # only when there is something to say
+
+            said = explain(self._seen.pop(0)).problem
+            if said not in self._said:
+                self._said.add(said)
+                err_console.print(f"[yellow]{escape(said)}; retrying[/]")
 
 
 def _print_summary(summary: RunSummary) -> None:

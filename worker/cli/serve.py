@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import errno
+import socket
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import typer
 
 from shared import keys
@@ -18,6 +21,14 @@ from worker.ledger.engine import describe_url
 __all__ = ["register"]
 
 faux_app = typer.Typer(help="The fake decision provider (no request leaves this machine).")
+#: The options of ``decisions faux serve``, by the behaviour's field each one sets.
+FAUX_OPTIONS = {
+    "latency_ms": "--latency-ms",
+    "mode": "--mode",
+    "status_code": "--status-code",
+    "retry_after_s": "--retry-after",
+    "fail_first": "--fail-first",
+}
 
 
 def register(app: typer.Typer) -> None:
@@ -87,7 +98,7 @@ def register(app: typer.Typer) -> None:
     @faux_app.command("serve")
     def faux_serve(
         host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
-        port: int = typer.Option(8765, "--port", help="port to listen on"),
+        port: int = typer.Option(8765, "--port", min=1, max=65535, help="port to listen on"),
         latency_ms: float = typer.Option(0.0, "--latency-ms", help="delay before each answer"),
         mode: str = typer.Option(
             "ok",
@@ -115,16 +126,48 @@ def register(app: typer.Typer) -> None:
         from worker.testing.faux import FauxBehaviour, run_forever
         from worker.testing.faux.replay import ReplayStore
 
-        behaviour = FauxBehaviour(
-            latency_ms=latency_ms,
-            mode=mode,
-            status_code=status_code,
-            retry_after_s=retry_after,
-            fail_first=fail_first,
-        )
+        try:
+            behaviour = FauxBehaviour(
+                latency_ms=latency_ms,
+                mode=mode,
+                status_code=status_code,
+                retry_after_s=retry_after,
+                fail_first=fail_first,
+            )
+        except pydantic.ValidationError as exc:
+            # The behaviour checks the values: named here by option, not by its field.
+            error = exc.errors()[0]
+            option = FAUX_OPTIONS.get(str(error["loc"][0]) if error["loc"] else "", "an option")
+            raise typer.BadParameter(
+                f"{error.get('input')}: {error['msg']}", param_hint=option
+            ) from None
         if replay is not None:
             console.print(f"replaying {len(ReplayStore(replay))} recording(s) from {replay}")
-        run_forever(host, port, behaviour, replay=replay)
+        try:
+            run_forever(host, port, behaviour, replay=replay)
+        except OSError as exc:
+            if not _cannot_listen(exc):
+                raise
+            # Said as `decisions console` says it (a port in use, an address not on this
+            # machine, a host that does not resolve), not as the server's bind error.
+            err_console.print(
+                f"[red]the faux cannot listen on {host}:{port}:[/] {_listen_problem(exc)}"
+            )
+            err_console.print("stop what listens there, or choose another --port/--host")
+            raise typer.Exit(2) from None
+
+
+def _cannot_listen(exc: OSError) -> bool:
+    return isinstance(exc, socket.gaierror) or exc.errno in (
+        errno.EADDRINUSE,
+        errno.EADDRNOTAVAIL,
+        errno.EACCES,
+    )
+
+
+def _listen_problem(exc: OSError) -> str:
+    # asyncio's bind error reads "error while attempting to bind on address (...): why".
+    return (exc.strerror or str(exc)).rpartition("): ")[2]
 
 
 def _pool_argument(args: list[str]) -> str | None:
