@@ -60,7 +60,13 @@ class Case:
 
 SUBMIT = ("submit", "tickets.jsonl", "--reply-to", "r1")
 #: Redis reachable for the streams, so that a case fails for the one setting it is about.
-STREAMS = {"redis_url": f"{LOCAL_REDIS}/0", "broker_url": f"{LOCAL_REDIS}/0"}
+#: A database of this folder's own (tests/cli), emptied around each case that writes to it:
+#: db 0 is the operator's, and a case that submits left its jobs there.
+STREAMS_DB = 9
+STREAMS = {
+    "redis_url": f"{LOCAL_REDIS}/{STREAMS_DB}",
+    "broker_url": f"{LOCAL_REDIS}/{STREAMS_DB}",
+}
 
 CASES = [
     # --- Redis and the broker -------------------------------------------------------------
@@ -530,7 +536,11 @@ def test_a_mistake_is_explained_without_a_traceback(case: Case, workdir: Path) -
     settings = {
         k: v.replace(MISSING_DATABASE, _missing_database_url()) for k, v in case.settings.items()
     }
-    done = decisions(*case.args, cwd=workdir, env=case.env, **settings)
+    if case.needs == "redis":
+        with redis_database(STREAMS_DB):
+            done = decisions(*case.args, cwd=workdir, env=case.env, **settings)
+    else:
+        done = decisions(*case.args, cwd=workdir, env=case.env, **settings)
 
     assert traceback_in(done.output) is None, traceback_in(done.output)
     for text in case.says:
