@@ -1,9 +1,10 @@
 """Logging in and out.
 
 A login attempt is refused before any hashing while its account or address must wait
-(``LoginThrottle``) and when too many password checks are already running (``Busy``); a
-failure counts against both. Logging in and out each give the session a new id; logging
-out deletes it, so a copy of the cookie is worth nothing afterwards.
+(``LoginThrottle``) and when too many password checks are already running (``Busy``); it is
+counted against both before its password is checked, and a failure leaves it counted.
+Logging in and out each give the session a new id; logging out deletes it, so a copy of the
+cookie is worth nothing afterwards.
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ async def login_submit(request: Request) -> Response:
     target = safe_next(form.get("next"))
     state = state_of(request)
     address = request.client.host if request.client else "unknown"
-    wait = await state.throttle.wait_s(name, address)
+    # Counted against the account and the address before the check, in one step with the
+    # check that neither must wait: concurrent guesses cannot all slip in before a failure.
+    wait = await state.throttle.begin(name, address)
     if wait > 0:
         return _refused(
             request,
@@ -55,13 +58,14 @@ async def login_submit(request: Request) -> Response:
     try:
         login = await state.password_checks.run(state.users.authenticate, name, password)
     except Busy:
+        await state.throttle.abandoned(name, address)
         return _refused(
             request, 503, target, "Too many logins at once: try again in a moment.", retry_after=2
         )
     if login is None:
         await state.throttle.failed(name, address)
         return _refused(request, 401, target, "Wrong name or password.")
-    await state.throttle.succeeded(name)
+    await state.throttle.succeeded(name, address)
     request.session.clear()
     renew_session(request)
     log_in(request, login)

@@ -1,11 +1,17 @@
 """Login throttling: failed logins make an account and a client address wait, and only a few
 password hashes run at once.
 
-Every failed login counts against the account name and against the client's address (in
-Redis, so every console process shares the counts). After ``free_failures`` failures the
-subject must wait 2 s before its next attempt, then 4, 8, ... up to ``max_wait_s``; an
-attempt made while waiting is refused before any hashing (it does not count, so a person
-who waits always gets a try). A success clears the account's count, not the address's.
+Every login attempt counts against the account name and against the client's address (in
+Redis, so every console process shares the counts) *before* its password is checked, in one
+atomic step with the check that neither must wait (``begin``): checking first and counting
+after the hash would let a burst of concurrent guesses all pass the check before the first
+failure was counted. A right password takes its count back (``succeeded``), and so does an
+attempt that was never checked (``abandoned``: too many checks at once). After
+``free_failures`` failures the subject must wait 2 s before its next attempt, then 4, 8, ...
+up to ``max_wait_s``; past ``free_failures`` a subject has one attempt in flight at a time
+(the others are told to retry in a second). An attempt made while waiting is refused before
+any hashing and does not count, so a person who waits always gets a try. A success clears
+the account's count, not the address's.
 
 Argon2 costs 64 MiB and tens of milliseconds a check: ``PasswordChecks`` lets ``slots``
 run at once, a few more wait briefly, and the rest are refused at once (``Busy``), so a
@@ -24,19 +30,59 @@ from starlette.concurrency import run_in_threadpool
 
 from shared import keys
 
-__all__ = ["Busy", "LoginThrottle", "PasswordChecks"]
+__all__ = ["HOLD_RETRY_S", "Busy", "LoginThrottle", "PasswordChecks"]
 
 T = TypeVar("T")
 
-#: KEYS: failures, lock. ARGV: free failures, longest wait (s), how long failures are kept (s).
+#: What a subject held by an attempt in flight is told to wait (s).
+HOLD_RETRY_S: Final = 1
+#: A hold outlives the longest check (a wait for a slot, then the hash) several times over;
+#: it ends sooner when that check's outcome is known, and lapses if the process died.
+_HOLD_MS: Final = 30_000
+#: The lock's value while a subject past its free failures has an attempt in flight.
+_HOLD: Final = "hold"
+
+#: KEYS: account failures, account lock, address failures, address lock.
+#: ARGV: free failures, how long failures are kept (s), hold (ms), hold retry (ms), the
+#: hold's value.
+#: Answers the wait in ms (nothing counted), or 0: counted, check the password.
+_BEGIN: Final = """
+local wait = 0
+for i = 2, 4, 2 do
+  local lock = redis.call('GET', KEYS[i])
+  if lock == ARGV[5] then
+    wait = math.max(wait, tonumber(ARGV[4]))
+  elseif lock then
+    wait = math.max(wait, redis.call('PTTL', KEYS[i]))
+  end
+end
+if wait > 0 then return wait end
+for i = 1, 3, 2 do
+  local n = redis.call('INCR', KEYS[i])
+  redis.call('EXPIRE', KEYS[i], ARGV[2])
+  if n > tonumber(ARGV[1]) then
+    redis.call('SET', KEYS[i + 1], ARGV[5], 'PX', ARGV[3])
+  end
+end
+return 0
+"""
+
+#: The attempt (counted already) failed. KEYS: failures, lock. ARGV: free failures, longest
+#: wait (s). Answers the wait it imposes (s; 0: none yet).
 _FAILED: Final = """
-local n = redis.call('INCR', KEYS[1])
-redis.call('EXPIRE', KEYS[1], ARGV[3])
+local n = tonumber(redis.call('GET', KEYS[1]) or '0')
 local free = tonumber(ARGV[1])
 if n < free then return 0 end
 local wait = math.min(2 ^ math.min(n - free + 1, 30), tonumber(ARGV[2]))
 redis.call('SET', KEYS[2], '1', 'EX', wait)
 return wait
+"""
+
+#: Take an attempt's count back, and its hold. KEYS: failures, lock. ARGV: the hold's value.
+_UNCOUNT: Final = """
+if redis.call('DECR', KEYS[1]) <= 0 then redis.call('DEL', KEYS[1]) end
+if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
+return 0
 """
 
 
@@ -52,6 +98,10 @@ def _subjects(name: str, address: str) -> tuple[str, str]:
     return digest("user", name), digest("addr", address)
 
 
+def _keys(subject: str) -> list[str]:
+    return [keys.console_login_failures(subject), keys.console_login_lock(subject)]
+
+
 class LoginThrottle:
     def __init__(self, client: aioredis.Redis, *, free_failures: int, max_wait_s: int) -> None:
         self.client = client
@@ -59,32 +109,40 @@ class LoginThrottle:
         self.max_wait_s = max_wait_s
         # A subject's failures are forgotten after this long without another one.
         self.keep_s = max(4 * max_wait_s, 3600)
+        self._begin = client.register_script(_BEGIN)
         self._failed = client.register_script(_FAILED)
+        self._uncount = client.register_script(_UNCOUNT)
 
-    async def wait_s(self, name: str, address: str) -> float:
-        """How long the account or the address must still wait (0: it may try now)."""
-        pipe = self.client.pipeline(transaction=False)
-        for subject in _subjects(name, address):
-            pipe.pttl(keys.console_login_lock(subject))
-        left = await pipe.execute()
-        return max(0, *(int(ms) for ms in left)) / 1000
+    async def begin(self, name: str, address: str) -> float:
+        """How long the account or the address must still wait (s; nothing is counted), or
+        0: the attempt is counted against both, and its password may be checked now."""
+        account, place = _subjects(name, address)
+        waited = await self._begin(
+            keys=[*_keys(account), *_keys(place)],
+            args=[self.free_failures, self.keep_s, _HOLD_MS, HOLD_RETRY_S * 1000, _HOLD],
+        )
+        return int(waited) / 1000
 
     async def failed(self, name: str, address: str) -> float:
-        """Count a failure against both; the longer wait it now imposes (0: none yet)."""
+        """The attempt ``begin`` counted failed; the longer wait it imposes (0: none yet)."""
         waits = []
         for subject in _subjects(name, address):
             wait = await self._failed(
-                keys=[keys.console_login_failures(subject), keys.console_login_lock(subject)],
-                args=[self.free_failures, self.max_wait_s, self.keep_s],
+                keys=_keys(subject), args=[self.free_failures, self.max_wait_s]
             )
             waits.append(float(wait))
         return max(waits)
 
-    async def succeeded(self, name: str) -> None:
-        account, _ = _subjects(name, "")
-        await self.client.delete(
-            keys.console_login_failures(account), keys.console_login_lock(account)
-        )
+    async def succeeded(self, name: str, address: str) -> None:
+        """The attempt succeeded: the account starts afresh, the address only takes it back."""
+        account, place = _subjects(name, address)
+        await self.client.delete(*_keys(account))
+        await self._uncount(keys=_keys(place), args=[_HOLD])
+
+    async def abandoned(self, name: str, address: str) -> None:
+        """The attempt's password was never checked: it counts against neither."""
+        for subject in _subjects(name, address):
+            await self._uncount(keys=_keys(subject), args=[_HOLD])
 
 
 class PasswordChecks:
