@@ -30,8 +30,8 @@ from shared.settings import Settings
 from worker.console import batch_views, calibration_views, escalation_views, login_views
 from worker.console.auth import Users
 from worker.console.estimates import EstimateSource, StoredEstimates
-from worker.console.filters import install_filters
-from worker.console.headers import SecurityHeaders
+from worker.console.filters import install_filters, shown_text
+from worker.console.headers import SecurityHeaders, add_security_headers
 from worker.console.sessions import RedisSessions
 from worker.console.throttle import LoginThrottle, PasswordChecks
 from worker.console.web import USER_KEY, ConsoleState, FormRefused, redirect, render
@@ -61,6 +61,7 @@ def templates() -> Environment:
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=shown_text,
     )
     install_filters(env)
     return env
@@ -111,6 +112,7 @@ def create_app(
         max_body_size=_MAX_BODY_BYTES,
     )
     app.state.console = state
+    app.state.https_only = settings.console_https_only
     return app
 
 
@@ -145,7 +147,11 @@ async def _http_error(request: Request, exc: Any) -> Response:
 async def _server_error(request: Request, exc: Exception) -> Response:
     # No traceback or message on the page: it could quote a job's data or a setting.
     _log.error("console error on %s: %s", request.url.path, type(exc).__name__, exc_info=exc)
-    return _plain_page(request, 500, "Something went wrong", "The error was logged.")
+    response = _plain_page(request, 500, "Something went wrong", "The error was logged.")
+    # Starlette sends this page from outside every middleware: the headers are added here.
+    https_only = bool(getattr(request.app.state, "https_only", False))
+    add_security_headers(response.headers, request.scope, https_only)
+    return response
 
 
 def _plain_page(request: Request, status: int, title: str, message: str) -> Response:

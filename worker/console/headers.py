@@ -16,7 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from worker.console.sessions import is_https
 
-__all__ = ["CONTENT_SECURITY_POLICY", "HSTS", "SecurityHeaders"]
+__all__ = ["CONTENT_SECURITY_POLICY", "HSTS", "SecurityHeaders", "add_security_headers"]
 
 CONTENT_SECURITY_POLICY: Final = (
     "default-src 'none'; script-src 'none'; style-src 'self'; img-src 'self' data:; "
@@ -35,6 +35,16 @@ _HEADERS: Final = {
 }
 
 
+def add_security_headers(headers: MutableHeaders, scope: Scope, https_only: bool) -> None:
+    """Every header above (and HSTS over HTTPS) that ``headers`` does not set already.
+
+    Also called for the server error page, which Starlette answers outside this middleware."""
+    for name, value in _HEADERS.items():
+        headers.setdefault(name, value)
+    if is_https(scope, https_only):
+        headers.setdefault("Strict-Transport-Security", HSTS)
+
+
 class SecurityHeaders:
     def __init__(self, app: ASGIApp, *, https_only: bool = False) -> None:
         self.app = app
@@ -47,11 +57,7 @@ class SecurityHeaders:
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = MutableHeaders(scope=message)
-                for name, value in _HEADERS.items():
-                    headers.setdefault(name, value)
-                if is_https(scope, self.https_only):
-                    headers.setdefault("Strict-Transport-Security", HSTS)
+                add_security_headers(MutableHeaders(scope=message), scope, self.https_only)
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
