@@ -137,7 +137,15 @@ class Worker:
         return self
 
     def wait_exit(self, timeout_s: float = 60) -> int:
-        return self.proc.wait(timeout=timeout_s)
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            # What the worker did meanwhile is the only clue to why it did not exit: the
+            # bare TimeoutExpired of a CI run said nothing.
+            raise AssertionError(
+                f"the worker did not exit within {timeout_s:g} s; its log ends:\n"
+                + self.text()[-3000:]
+            ) from None
 
     def signal(self, sig: int, *, group: bool = False) -> None:
         if not self.alive():
