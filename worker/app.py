@@ -145,13 +145,19 @@ def _refuse_bad_visibility(sender: Any = None, **_: Any) -> None:
 
 
 @signals.celeryd_init.connect
-def _refuse_what_fails_every_task(sender: Any = None, **_: Any) -> None:
+def _refuse_what_fails_every_task(sender: Any = None, instance: Any = None, **_: Any) -> None:
     # What `decisions worker` checks before it starts Celery, for `celery -A worker.app
     # worker` too (celeryd_init is sent by Celery's worker command only, not by the embedded
     # run's worker), in the same order: the visibility timeout (checked again at worker_init,
     # for every worker), a per-provider setting keyed by no provider, which would not apply,
     # and a ledger behind this code's schema, which ended on Celery's "Unrecoverable error"
     # and its traceback.
+    #
+    # Only for this app's workers: the signal is every app's, and a process may import this
+    # module and run a Celery app of its own (the bench's no-op app does), which needs no
+    # ledger and must not be refused for one.
+    if instance is not None and getattr(instance, "app", None) is not app:
+        return
     from worker.cli.startup import check_registries
     from worker.ledger import Ledger
 
