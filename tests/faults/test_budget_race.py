@@ -189,6 +189,11 @@ def test_a_tight_budget_is_never_passed_under_races_and_kills(
             assert row is not None and "exhausted" in (row.terminal_message or "")
         elif outcome == "escalation:decision_interrupted":
             assert [c.status for c in sent] == ["unknown"], (job_id, sent)
+        elif outcome == "escalation:deadline_exceeded":
+            # Its deadline passed before it could be sent (a loaded machine, a job waiting
+            # for the killed worker's redelivery): safe only if nothing was sent. Seen once in
+            # a fresh-clone CI run.
+            assert not sent and crew.counted(job_id) == 0, (job_id, sent)
         else:
             assert outcome == "result", (job_id, outcome)
 
