@@ -13,6 +13,8 @@ What is removed from a text (``scrub_text``):
   verbatim, case-folded, URL-encoded, JSON-escaped and base64-encoded (plain, URL-safe,
   unpadded, and of ``Bearer <value>``), and any base64 token that decodes to text holding
   one (``Basic`` credentials ``user:<value>``, however aligned);
+- any twelve or more characters of a known secret standing together (a key cut short,
+  ``key[1:]``, a truncated echo, a key escaped in parts: ``shared.secret_fragments``);
 - the userinfo, query string and fragment of every URL (``https://host/path`` is kept);
 - known key shapes: ``sk-…``, ``Bearer``/``Basic``/``Token`` credentials, ``api_key=…``,
   ``password='…'`` and their kin, GitHub, Slack and AWS key ids, JSON web tokens.
@@ -38,6 +40,7 @@ from urllib.parse import quote, quote_plus
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from shared.errors import HandlerOutputInvalid
+from shared.secret_fragments import REDACTED, remove_fragments
 
 __all__ = [
     "MASK",
@@ -54,8 +57,6 @@ __all__ = [
     "watch_key_env",
 ]
 
-#: What a removed secret becomes in a text.
-REDACTED: Final = "[redacted]"
 #: What a URL's password becomes in a repr.
 MASK: Final = "***"
 #: The providers' key variables (``shared.settings`` documents them).
@@ -253,7 +254,7 @@ def remove_secrets(text: str, secrets: Iterable[str]) -> str:
     for pattern in _secrets_pattern(ordered):
         if pattern is not None:
             text = pattern.sub(REDACTED, text)
-    return text
+    return remove_fragments(text, ordered)
 
 
 # --- known shapes -------------------------------------------------------------------------
