@@ -14,33 +14,29 @@ the same escalation, and a job is resolved at most once: a second resolve is ref
 who resolved it and when.
 
 An entry that does not parse (a field a newer version adds, a damaged message) is skipped
-and reported (``on_skip``, by default a warning log line naming the entry), never an
-error for every reviewer.
+and reported (``shared.escalation_entries``; ``on_skip``, by default a warning log line
+naming the entry), never an error for every reviewer.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import redis
-from pydantic import ValidationError
 
 from shared import audit, keys
 from shared.errors import AlreadyResolved, EscalationNotFound, PublishFailed
+from shared.escalation_entries import OpenEscalation, SkipReporter, decode_entry
 from shared.labels import AUDIT_REASON, encode, labels_of
-from shared.replies import EscalationMessage, ResolutionMessage, parse_reply
+from shared.replies import ResolutionMessage
 from shared.resolutions import MenuAnswerChecker, check_resolution
 
 __all__ = ["QUEUE_CONSUMER", "EscalationQueue", "OpenEscalation", "SkipReporter"]
 
 log = logging.getLogger(__name__)
-
-#: Told of each escalation entry a reader skipped: its id and why.
-SkipReporter = Callable[[str, str], None]
 
 #: The group's consumer that holds every escalation no reviewer holds.
 QUEUE_CONSUMER = "queue"
@@ -104,21 +100,6 @@ redis.call('HSET', KEYS[2], 'reviewer', ARGV[3], 'resolved_at_ms', ms, 'entry_id
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 return {1, id}
 """
-
-
-@dataclass(frozen=True)
-class OpenEscalation:
-    """An escalation still open: who holds it (None: waiting) and for how long."""
-
-    entry_id: str
-    message: EscalationMessage
-    reply_to: str
-    holder: str | None
-    idle_s: float
-
-    @property
-    def age_s(self) -> float:
-        return (datetime.now(UTC) - self.message.created_at).total_seconds()
 
 
 class EscalationQueue:
@@ -199,7 +180,7 @@ class EscalationQueue:
             if not rows:
                 gone.append(entry_id)
                 continue
-            entry = self._decode(entry_id, rows)
+            entry = decode_entry(entry_id, rows, self.on_skip)
             if entry is None:
                 continue
             message, reply_to = entry
@@ -292,7 +273,7 @@ class EscalationQueue:
         if done != 1:
             raise EscalationNotFound(f"{reviewer} holds no open escalation {entry_id}")
         rows: Any = self.redis.xrange(self.stream, min=entry_id, max=entry_id)
-        entry = self._decode(entry_id, rows)
+        entry = decode_entry(entry_id, rows, self.on_skip)
         if entry is not None:
             audit.record(self.redis, "release", reviewer, entry_id, entry[0])
 
@@ -307,7 +288,7 @@ class EscalationQueue:
             rows: Any = self.redis.xrange(self.stream, min=entry_id, max=entry_id)
         except redis.ResponseError:  # not an entry id at all
             rows = None
-        entry = self._decode(entry_id, rows)
+        entry = decode_entry(entry_id, rows, self.on_skip)
         if entry is None:
             raise EscalationNotFound(f"no escalation {entry_id} that can be answered")
         message, reply_to = entry
@@ -390,34 +371,6 @@ class EscalationQueue:
         """Who resolved ``job_id``, when (ms, Redis time) and from which entry; None: nobody."""
         record: Any = self.redis.hgetall(keys.resolved_record(job_id))
         return {_text(k): _text(v) for k, v in record.items()} or None
-
-    def _decode(self, entry_id: str, rows: Any) -> tuple[EscalationMessage, str] | None:
-        """An escalation entry's message and reply stream name; None (reported) if it has
-        none that a reviewer could answer."""
-        if not rows:
-            return None
-        fields = {_text(k): _text(v) for k, v in rows[0][1].items()}
-        try:
-            message = parse_reply(fields["message"])
-        except KeyError:
-            self.on_skip(entry_id, "it has no message field")
-            return None
-        except ValidationError as exc:
-            problem = exc.errors(include_url=False)[0]
-            where = ".".join(str(p) for p in problem["loc"]) or "(message)"
-            self.on_skip(entry_id, f"its message does not parse: {where}: {problem['msg']}")
-            return None
-        except ValueError:
-            self.on_skip(entry_id, "its message is not JSON")
-            return None
-        if not isinstance(message, EscalationMessage):
-            self.on_skip(entry_id, f"it holds a {message.type}, not an escalation")
-            return None
-        reply_to = fields.get("reply_to") or message.reply_to or ""
-        if not keys.is_reply_name(reply_to):
-            self.on_skip(entry_id, f"its reply_to {reply_to[:80]!r} is not a stream name")
-            return None
-        return message, reply_to
 
 
 def _log_skip(entry_id: str, why: str) -> None:

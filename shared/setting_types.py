@@ -1,34 +1,46 @@
-"""The value types of ``shared.settings``: masked URLs, hosts, per-provider limits, users.
+"""The value types of ``shared.settings``: how one setting's value is read and checked.
 
-A ``MaskedUrl`` is the full URL wherever a string is used (a connection) and shows no
-password in its repr; ``MaskedRepr`` masks every URL-looking string of a model's repr.
+Masked URLs, hosts, per-provider limits, users, prices, log levels and lists of names: each
+type carries its own checks, so ``Settings`` declares which settings there are and checks
+only what spans several of them. A ``MaskedUrl`` is the full URL wherever a string is used
+(a connection) and shows no password in its repr; ``MaskedRepr`` masks every URL-looking
+string of a model's repr.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
+from pydantic_settings import NoDecode
 
 from shared.scrub import mask_url
 
 __all__ = [
+    "LOG_LEVELS",
     "MAX_SECONDS",
     "BrokerUrl",
     "ChatHost",
     "ConsoleUser",
     "HttpUrl",
+    "LogLevel",
     "MaskedRepr",
     "MaskedUrl",
+    "NameList",
     "OptionalHttpUrl",
     "OptionalUrl",
     "ProviderLimit",
     "RedisUrl",
     "Seconds",
+    "StorePrefixes",
     "SystemOneHost",
     "Url",
+    "Usd",
     "WholeSeconds",
+    "log_level",
+    "name_list",
     "redis_database_problem",
 ]
 
@@ -39,6 +51,53 @@ MAX_SECONDS = 10 * 365 * 24 * 3600
 #: A setting in seconds (``_s``): at most ``MAX_SECONDS``.
 Seconds = Annotated[float, Field(le=MAX_SECONDS)]
 WholeSeconds = Annotated[int, Field(le=MAX_SECONDS)]
+
+#: A price or a ceiling in USD: finite, not negative (a negative price failed every job's
+#: ledger write, NaN made every cost NaN).
+Usd = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+#: The log levels Celery's ``--loglevel`` and ``logging`` both take.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def log_level(value: str) -> str:
+    """``value`` as one of ``LOG_LEVELS`` (any case, spaces around); ValueError otherwise."""
+    # Checked with the settings so that a wrong name is explained naming its variable, not
+    # refused later by Celery's command line as a bare usage error.
+    level = value.strip().upper()
+    if level not in LOG_LEVELS:
+        raise ValueError(f"{value!r} is not a log level; use one of {', '.join(LOG_LEVELS)}")
+    return level
+
+
+def name_list(value: Any) -> Any:
+    """A string as the list it writes, comma-separated or a JSON list; any other value as it
+    is (the list's own check judges it)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return value
+
+
+def _store_prefixes(value: list[str]) -> list[str]:
+    from shared.images import store_prefix  # the one reading of an allowlisted prefix
+
+    return [store_prefix(text) for text in value]
+
+
+#: A log level's name, upper case: one of ``LOG_LEVELS``.
+LogLevel = Annotated[str, AfterValidator(log_level)]
+#: Names from one variable, comma-separated or a JSON list (``NoDecode``: pydantic-settings
+#: would read the variable as JSON only).
+NameList = Annotated[list[str], NoDecode, BeforeValidator(name_list)]
+#: The URL prefixes of image stores, a ``NameList`` each read as ``shared.images`` reads one.
+#: (The split is listed last so that it wraps the rest: an error about a prefix shows the
+#: split list, not the variable's text.)
+StorePrefixes = Annotated[
+    list[str], NoDecode, AfterValidator(_store_prefixes), BeforeValidator(name_list)
+]
 
 
 class MaskedUrl(str):

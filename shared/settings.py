@@ -4,6 +4,12 @@ Provider API keys are the one exception: they are read by their own names
 (``OPENROUTER_API_KEY``, ``PARALLEL_API_KEY``, ``TYPESAFE_API_KEY``, ``OPENAI_API_KEY``, or the
 ``key_env`` a host names) at the moment a request is made, and never stored here.
 
+``Settings`` is the settings of the services the worker uses (``shared.service_settings``:
+broker, Redis, ledger, providers, runtimes, budgets) and, here, how it runs with them:
+deadlines, sizes and limits, the worker process, reviewers, calibration, recording, the
+console. A value's own checks are its type's (``shared.setting_types``); the checks across
+settings are here.
+
 Every URL setting is a ``MaskedUrl`` (``shared.setting_types``, with the hosts' and users'
 shapes): the full URL wherever a string is used (a connection),
 its password masked in every repr, so neither ``repr(settings)`` nor a validation error
@@ -14,33 +20,22 @@ providers' own.
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Literal
 
-from pydantic import (
-    AliasChoices,
-    Field,
-    field_validator,
-    model_validator,
-)
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import AliasChoices, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.message_size import message_cap_problem
-from shared.scrub import watch_key_env
+from shared.service_settings import ServiceSettings
 from shared.setting_types import (
-    BrokerUrl,
-    ChatHost,
+    LOG_LEVELS,
     ConsoleUser,
-    HttpUrl,
-    MaskedRepr,
-    OptionalHttpUrl,
+    LogLevel,
+    NameList,
     ProviderLimit,
-    RedisUrl,
     Seconds,
-    SystemOneHost,
-    Url,
     WholeSeconds,
 )
 
@@ -51,14 +46,9 @@ __all__ = [
 ]
 
 
-#: The log levels Celery's ``--loglevel`` and ``logging`` both take.
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-
-#: A price or a ceiling in USD: finite, not negative.
-_Usd = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-
-
-class Settings(BaseSettings, MaskedRepr):
+# BaseSettings first: its __init__ reads the environment. ServiceSettings' fields come
+# before the ones declared here (the order of ``decisions settings`` and README's table).
+class Settings(BaseSettings, ServiceSettings):
     model_config = SettingsConfigDict(
         env_prefix="DECISIONS_",
         env_file=".env",
@@ -68,110 +58,6 @@ class Settings(BaseSettings, MaskedRepr):
         hide_input_in_errors=True,
         # No setting means infinity or NaN: "inf" seconds or dollars passed, then overflowed.
         allow_inf_nan=False,
-    )
-
-    # --- where things live -------------------------------------------------------------
-    broker_url: BrokerUrl = Field("redis://127.0.0.1:6379/0", description="Celery broker URL")
-    redis_url: RedisUrl = Field(
-        "redis://127.0.0.1:6379/0", description="Redis holding reply and escalation streams"
-    )
-    ledger_url: Url = Field("sqlite:///./decisions.db", description="SQLAlchemy URL of the ledger")
-    sqlite_busy_timeout_s: Seconds = Field(
-        5.0, ge=0, description="SQLite busy timeout (several processes)"
-    )
-    ledger_group_commit: bool = Field(
-        True, description="group the ledger writes of concurrent jobs into shared transactions"
-    )
-
-    # --- providers ---------------------------------------------------------------------
-    default_provider: str = Field("faux", description="provider of a job that names none")
-    default_model: str | None = Field(None, description="model of a job that names none")
-    provider_timeout_s: Seconds = Field(30.0, gt=0, description="longest single provider request")
-    max_transport_attempts: int = Field(
-        3, ge=1, le=10, description="sends of a provably unsent request"
-    )
-    # Decision responses are kilobytes (a 10,000-item sift's answers about one MiB); 256
-    # requests in flight at this cap are 4 GiB at worst, against unbounded without one.
-    max_response_bytes: int = Field(
-        16 * 2**20,
-        gt=0,
-        description="a provider's response body in bytes, decompressed: a longer one is not"
-        " read, and the call is booked invalid_response (processed, never sent again)",
-    )
-    faux_url: OptionalHttpUrl = Field(
-        None,
-        description="base URL of a `decisions faux serve`, the fake provider (unset: no `faux`"
-        " unless DECISIONS_FAUX_IN_PROCESS)",
-    )
-    # A worker never gets the fake provider by default: a production worker given a job
-    # naming `faux` rejects it (field `provider`) instead of answering it with made-up data.
-    faux_in_process: bool = Field(
-        False,
-        description="answer provider and runtime `faux` in this process when"
-        " DECISIONS_FAUX_URL is unset (tests, demos; `decisions run` sets it)",
-    )
-    faux_latency_ms: float = Field(0.0, ge=0, description="latency of the in-process faux provider")
-    openrouter_base_url: HttpUrl = "https://openrouter.ai/api"
-    openrouter_default_model: str | None = None
-    typesafe_base_url: HttpUrl = "https://api.typesafe.ai"
-    typesafe_default_model: str = "jev-latest"
-    # Prices: a negative one failed every job's ledger write, NaN made every cost NaN.
-    typesafe_price_per_mtok_usd: float = Field(0.042, ge=0, allow_inf_nan=False)
-    parallel_base_url: HttpUrl = "https://api.parallel.ai"
-    parallel_list_price_usd: float = Field(
-        0.001,
-        ge=0,
-        allow_inf_nan=False,
-        validation_alias=AliasChoices(
-            "DECISIONS_PARALLEL_LIST_PRICE_USD", "PARALLEL_LIST_PRICE_USD"
-        ),
-    )
-    parallel_modes: list[str] = Field(
-        default_factory=lambda: ["fast"],
-        validation_alias=AliasChoices("DECISIONS_PARALLEL_MODES", "PARALLEL_MODES"),
-    )
-    openai_base_url: HttpUrl = "https://api.openai.com"
-    openai_default_model: str = "gpt-6-luna"
-    openai_price_per_mtok_usd: float = Field(0.10, ge=0, allow_inf_nan=False)
-    systemone_hosts: dict[str, SystemOneHost] = Field(
-        default_factory=dict, description="extra System One hosts, by provider name (JSON)"
-    )
-    image_stores: Annotated[list[str], NoDecode] = Field(
-        default_factory=list,
-        description="URL prefixes (https://host/path/) a job's image `ref` may point into, "
-        "comma-separated or a JSON list; the worker fetches only from these (empty: a job "
-        "with an image ref is rejected)",
-    )
-    image_fetch_timeout_s: float = Field(
-        10.0, gt=0, le=120, description="longest fetch of one image ref from an image store"
-    )
-
-    # --- budgets (worker.ledger.budget_ops) ----------------------------------------------
-    max_price_per_mtok_usd: dict[str, _Usd] = Field(
-        default_factory=dict,
-        description='most a provider may charge per million request tokens, by provider (JSON:'
-        ' {"openrouter": 0.5}); a request\'s worst case is its bytes at that price (TypeSafe,'
-        " OpenAI and priced hosts default to their price; Parallel is its list price a "
-        "request). A provider with neither cannot run under a budget",
-    )
-    daily_ceiling_usd: dict[str, _Usd] = Field(
-        default_factory=dict,
-        description='fleet-wide spend a (UTC) day, by provider (JSON: {"parallel": 20}); a '
-        "request whose worst case does not fit is not sent (budget_exhausted)",
-    )
-    openrouter_max_price_routing: bool = Field(
-        False,
-        description="send OpenRouter its provider.max_price routing option with the maximum "
-        "of max_price_per_mtok_usd, so it never routes above it (off by default: its "
-        "acceptance on /v1/systemone is not confirmed)",
-    )
-
-    # --- menu runtimes (chat completions) --------------------------------------------------
-    default_runtime: str = Field("faux", description="chat runtime of a menu job that names none")
-    openrouter_chat_model: str | None = Field(None, description="OpenRouter chat model default")
-    openai_chat_model: str | None = Field(None, description="OpenAI chat model default")
-    chat_hosts: dict[str, ChatHost] = Field(
-        default_factory=dict, description="extra chat-completions hosts, by runtime name (JSON)"
     )
 
     # --- deadlines and the ledger --------------------------------------------------------
@@ -287,7 +173,7 @@ class Settings(BaseSettings, MaskedRepr):
         "(any pool); with the loop pool also the jobs running per provider, and twice as many "
         "jobs reserved (a message counts its jobs, or its bytes by 128 KiB)",
     )
-    handlers: Annotated[list[str], NoDecode] = Field(
+    handlers: NameList = Field(
         default_factory=list,
         description="modules registering menu handlers (comma-separated or a JSON list)",
     )
@@ -305,7 +191,7 @@ class Settings(BaseSettings, MaskedRepr):
     log_format: Literal["auto", "json", "console"] = Field(
         "auto", description="worker logs: JSON lines, console lines, or auto (console on a tty)"
     )
-    log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+    log_level: LogLevel = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
     otel_endpoint: str | None = Field(
         None,
         validation_alias=AliasChoices("DECISIONS_OTEL_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"),
@@ -382,45 +268,6 @@ class Settings(BaseSettings, MaskedRepr):
     console_password_checks: int = Field(
         2, ge=1, le=64, description="password hashes computed at once (64 MiB each); more: 503"
     )
-
-    @field_validator("log_level", mode="after")
-    @classmethod
-    def _log_level(cls, value: str) -> str:
-        # Checked here so that a wrong name is explained naming its variable, not refused
-        # later by Celery's command line as a bare usage error.
-        level = value.strip().upper()
-        if level not in LOG_LEVELS:
-            raise ValueError(f"{value!r} is not a log level; use one of {', '.join(LOG_LEVELS)}")
-        return level
-
-    @field_validator("image_stores", mode="after")
-    @classmethod
-    def _store_prefixes(cls, value: list[str]) -> list[str]:
-        from shared.images import store_prefix  # the one reading of an allowlisted prefix
-
-        return [store_prefix(text) for text in value]
-
-    @field_validator("handlers", "image_stores", mode="before")
-    @classmethod
-    def _module_list(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            text = value.strip()
-            if text.startswith("["):
-                return json.loads(text)
-            return [part.strip() for part in text.split(",") if part.strip()]
-        return value
-
-    @model_validator(mode="after")
-    def _watch_host_keys(self) -> Settings:
-        # A host's key is read from its own variable at request time; scrub it like ours.
-        hosts: list[SystemOneHost | ChatHost] = [
-            *self.systemone_hosts.values(),
-            *self.chat_hosts.values(),
-        ]
-        for host in hosts:
-            if host.key_env:
-                watch_key_env(host.key_env)
-        return self
 
     @model_validator(mode="after")
     def _message_holds_a_job(self) -> Settings:

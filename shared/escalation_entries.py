@@ -1,0 +1,76 @@
+"""An escalation as a reviewer reads it: one entry of the escalation stream, parsed.
+
+``decode_entry`` reads an entry's message and the reply stream its resolution goes to. An
+entry that does not parse (a field a newer version adds, a damaged message) or that no
+reviewer could answer (not an escalation, no reply stream) is skipped and reported to a
+``SkipReporter`` with why, never an error for every reviewer: one bad entry must not stop
+the queue. ``OpenEscalation`` is an entry still open in ``shared.escalations``' queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from shared import keys
+from shared.replies import EscalationMessage, parse_reply
+
+__all__ = ["OpenEscalation", "SkipReporter", "decode_entry"]
+
+#: Told of each escalation entry a reader skipped: its id and why.
+SkipReporter = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class OpenEscalation:
+    """An escalation still open: who holds it (None: waiting) and for how long."""
+
+    entry_id: str
+    message: EscalationMessage
+    reply_to: str
+    holder: str | None
+    idle_s: float
+
+    @property
+    def age_s(self) -> float:
+        return (datetime.now(UTC) - self.message.created_at).total_seconds()
+
+
+def decode_entry(
+    entry_id: str, rows: Any, on_skip: SkipReporter
+) -> tuple[EscalationMessage, str] | None:
+    """An escalation entry's message and reply stream name (``rows``: its XRANGE answer);
+    None, reported to ``on_skip``, if it has none that a reviewer could answer (None
+    unreported if ``rows`` is empty: the caller knows why)."""
+    if not rows:
+        return None
+    fields = {_text(k): _text(v) for k, v in rows[0][1].items()}
+    try:
+        message = parse_reply(fields["message"])
+    except KeyError:
+        on_skip(entry_id, "it has no message field")
+        return None
+    except ValidationError as exc:
+        problem = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in problem["loc"]) or "(message)"
+        on_skip(entry_id, f"its message does not parse: {where}: {problem['msg']}")
+        return None
+    except ValueError:
+        on_skip(entry_id, "its message is not JSON")
+        return None
+    if not isinstance(message, EscalationMessage):
+        on_skip(entry_id, f"it holds a {message.type}, not an escalation")
+        return None
+    reply_to = fields.get("reply_to") or message.reply_to or ""
+    if not keys.is_reply_name(reply_to):
+        on_skip(entry_id, f"its reply_to {reply_to[:80]!r} is not a stream name")
+        return None
+    return message, reply_to
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
