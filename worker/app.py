@@ -150,21 +150,23 @@ def _refuse_what_fails_every_task(sender: Any = None, instance: Any = None, **_:
     # worker` too (celeryd_init is sent by Celery's worker command only, not by the embedded
     # run's worker), in the same order: the visibility timeout (checked again at worker_init,
     # for every worker), a per-provider setting keyed by no provider, which would not apply,
-    # and a ledger behind this code's schema, which ended on Celery's "Unrecoverable error"
-    # and its traceback.
+    # a SQLite ledger file that cannot be written (every message retried for ever), and a
+    # ledger behind this code's schema, which ended on Celery's "Unrecoverable error" and its
+    # traceback.
     #
     # Only for this app's workers: the signal is every app's, and a process may import this
     # module and run a Celery app of its own (the bench's no-op app does), which needs no
     # ledger and must not be refused for one.
     if instance is not None and getattr(instance, "app", None) is not app:
         return
-    from worker.cli.startup import check_registries
+    from worker.cli.startup import check_ledger_file, check_registries
     from worker.ledger import Ledger
 
     settings = get_settings()
     try:
         check_visibility_timeout(settings)
         check_registries(settings)
+        check_ledger_file(settings)
         ledger = Ledger.from_settings(settings)
         try:
             ledger.check_schema()
@@ -172,6 +174,11 @@ def _refuse_what_fails_every_task(sender: Any = None, instance: Any = None, **_:
             ledger.dispose()  # made again in the process that runs the tasks
     except Exception as exc:
         _refuse(exc)
+    # A fleet worker's retries are said at ERROR (``decisions run`` says its own).
+    from worker.process.retries import RetryReporter
+    from worker.tasks import RETRIED
+
+    signals.task_retry.connect(RetryReporter(RETRIED), weak=False)
 
 
 @signals.worker_ready.connect

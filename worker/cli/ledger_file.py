@@ -7,7 +7,9 @@ mounted read-only, a file or directory this user may not write, no space left) i
 the system here, so that the explanation names the file and its fix in one line each.
 
 None of these mends itself while a command waits: ``cannot_write`` tells ``decisions run``
-to stop on the first task that retried for one (``worker.cli.run``).
+to stop on the first task that retried for one (``worker.cli.run``). A fleet worker is asked
+``unwritable`` before it starts (``worker.cli.startup``): it would otherwise take every
+message and retry each for ever, since the writes fail only once a job is opened.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from sqlalchemy.exc import ArgumentError
 
 from worker.cli.explanation import RUNTIME, USAGE, Explanation, raw_setting
 
-__all__ = ["cannot_write", "file_problem", "sqlite_path"]
+__all__ = ["cannot_write", "file_problem", "sqlite_path", "unwritable"]
 
 READ_ONLY = "attempt to write a readonly database"
 FULL = "database or disk is full"
@@ -80,13 +82,7 @@ def file_problem(detail: str) -> Explanation | None:
         )
     if FULL in detail or (IO_ERROR in detail and _free_bytes(path) < NEARLY_FULL_BYTES):
         # A full tmpfs fails SQLite's shared-memory file with an I/O error, not "full".
-        return Explanation(
-            f"the ledger at {path} cannot be written: its disk is full "
-            f"({_free_bytes(path):,} bytes free)",
-            "free space on that disk, or point DECISIONS_LEDGER_URL at a file on another; "
-            "then run the command again",
-            RUNTIME,
-        )
+        return _full(path)
     if CANNOT_OPEN in detail and path.parent.is_dir():
         why = _why_read_only(path, url)
         if why is not None:
@@ -99,6 +95,31 @@ def file_problem(detail: str) -> Explanation | None:
             RUNTIME,
         )
     return None
+
+
+def unwritable(url: str) -> Explanation | None:
+    """Why the SQLite ledger file ``url`` names cannot be written at all now (opened
+    read-only, a read-only mount, a file or directory this user may not write, a full
+    disk); None when nothing says so, or for another database. Asked of the system, not of
+    SQLite: ``BEGIN IMMEDIATE`` succeeds on a read-only file, and only a real write fails."""
+    path = sqlite_path(url)
+    if path is None or not path.parent.is_dir():
+        return None  # no directory: said with the URL when the ledger is opened
+    if _why_read_only(path, url) is not None:
+        return _read_only(path, url)
+    if _free_bytes(path) < NEARLY_FULL_BYTES:
+        return _full(path)
+    return None
+
+
+def _full(path: Path) -> Explanation:
+    return Explanation(
+        f"the ledger at {path} cannot be written: its disk is full "
+        f"({_free_bytes(path):,} bytes free)",
+        "free space on that disk, or point DECISIONS_LEDGER_URL at a file on another; "
+        "then run the command again",
+        RUNTIME,
+    )
 
 
 def _read_only(path: Path, url: str) -> Explanation:

@@ -13,7 +13,7 @@ import typer
 from shared import keys
 from shared.errors import ConfigurationError, SchemaBehind
 from shared.settings import get_settings
-from worker.cli.startup import check_registries
+from worker.cli.startup import check_ledger_file, check_registries
 from worker.cli.terminal import console, err_console
 from worker.ledger import Ledger
 from worker.ledger.engine import describe_url
@@ -50,6 +50,7 @@ def register(app: typer.Typer) -> None:
         try:
             check_visibility_timeout(settings)
             check_registries(settings)
+            check_ledger_file(settings)
             ledger = Ledger.from_settings(settings)
             if migrate:
                 ledger.migrate()

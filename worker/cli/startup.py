@@ -7,6 +7,8 @@ check of the providers and runtimes the settings describe.
   settings are read as plain dicts, and the code asks them by provider name
   (``settings.daily_ceiling_usd.get(provider)``): a misspelt key (``{"Faux": 0}``) matched
   nothing, so its ceiling, limit or price did not apply and nobody was told.
+- A SQLite ledger's file can be written (``check_ledger_file``): a worker on a read-only or
+  full one took every message and retried each for ever, logging only Celery's INFO line.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from collections.abc import Mapping, Sequence
 from shared.errors import ConfigurationError
 from shared.settings import Settings
 from worker.cli.explanation import setting_variable
+from worker.cli.ledger_file import unwritable
 
-__all__ = ["PER_PROVIDER", "check_registries", "unknown_keys"]
+__all__ = ["PER_PROVIDER", "check_ledger_file", "check_registries", "unknown_keys"]
 
 #: The settings keyed by provider name, and whether a chat runtime's name may key them too:
 #: a menu job's budget is counted under its runtime (``worker.kinds.menus.model_calls``) and
@@ -52,6 +55,13 @@ def check_registries(settings: Settings) -> None:
     problems = unknown_keys(settings, providers, runtimes)
     if problems:
         raise ConfigurationError("; ".join(problems))
+
+
+def check_ledger_file(settings: Settings) -> None:
+    """``ConfigurationError`` when the SQLite file the ledger URL names cannot be written."""
+    problem = unwritable(settings.ledger_url)
+    if problem is not None:
+        raise ConfigurationError("; ".join(problem.lines()))
 
 
 def unknown_keys(
