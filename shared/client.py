@@ -197,7 +197,8 @@ class Client:
     ) -> SubmitReport:
         """Validate and enqueue ``jobs`` in chunks of ``chunk_size`` per Celery message, each
         under ``settings.max_message_bytes`` on the queue (a job too big for a message of its
-        own is rejected: ``shared.message_size``).
+        own is rejected: ``shared.message_size``). ``chunk_size`` None is
+        ``settings.chunk_size``; below 1 it is a ``ValueError``.
 
         With ``pack`` (or a job's own ``pack``), decide jobs of one batch about the same
         state for the same provider go in messages of their own, up to
@@ -214,6 +215,9 @@ class Client:
         (``unconfirmed``: it may have reached the broker) and those never sent
         (``shared.chunk_publisher.MessageSender`` says why the records go either way).
         """
+        # A caller's mistake (ValueError, as shared.calibration's): 0 was the default, -5 was 1.
+        if chunk_size is not None and chunk_size < 1:
+            raise ValueError(f"chunk_size must be 1 or more (None: the default), not {chunk_size}")
         tracing.configure(self.settings, service_name=PRODUCER_SERVICE)
         with tracing.span(SUBMIT_SPAN, kind="producer", **{"messaging.system": "celery"}) as span:
             report = self._submit_batch(

@@ -26,12 +26,15 @@ from shared.escalation_withdrawal import withdraw_escalations
 from shared.job_parsing import parse_job
 from shared.limits import MAX_BUDGET_USD
 from shared.settings import get_settings
+from worker.cli.option_values import identifier
 from worker.cli.terminal import console, err_console
 from worker.ledger import BudgetStatus, JobRow, Ledger
 
 __all__ = ["add_budget_rows", "budget_json", "parse_usd", "register"]
 
 budget_app = typer.Typer(help="A batch's budget: set it, show it, resume what it stopped.")
+#: A batch as a job can name it: an empty one was shown, given a budget, resumed, as a batch.
+BATCH = typer.Argument(..., callback=identifier, help="the batch")
 
 
 def register(app: typer.Typer) -> None:
@@ -122,7 +125,7 @@ def _show(status: BudgetStatus | None, batch: str, as_json: bool) -> None:
 # A negative amount is an argument to refuse by name, not an unknown option.
 @budget_app.command("set", context_settings={"ignore_unknown_options": True})
 def set_budget(
-    batch: str = typer.Argument(..., help="the batch"),
+    batch: str = BATCH,
     usd: str = typer.Argument(..., metavar="USD", help="its budget in US dollars"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
 ) -> None:
@@ -134,7 +137,7 @@ def set_budget(
 
 @budget_app.command("show")
 def show(
-    batch: str = typer.Argument(..., help="the batch"),
+    batch: str = BATCH,
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
 ) -> None:
     """A batch's budget: limit, reserved, held for unknown costs, spent by basis, left."""
@@ -142,7 +145,7 @@ def show(
 
 
 @budget_app.command("resume")
-def resume(batch: str = typer.Argument(..., help="the batch")) -> None:
+def resume(batch: str = BATCH) -> None:
     """Run again the batch's jobs that escalated budget_exhausted (nothing was sent for them;
     nothing else is run again). Those a reviewer resolved meanwhile are left alone; the
     others' escalations leave the reviewers' queue first."""

@@ -26,6 +26,7 @@ import typer
 from shared.calibration import DEFAULT_BINS, DEFAULT_MIN_LABELS, Interval, Rule
 from shared.settings import get_settings
 from worker.calibration import GroupReport, group_reports, store_label_stream
+from worker.cli.option_values import identifier, name, non_negative
 from worker.cli.terminal import err_console
 from worker.ledger import Ledger
 from worker.ledger.label_ops import LabelFilter
@@ -40,13 +41,31 @@ def register(app: typer.Typer) -> None:
     app.command("calibration")(calibration)
 
 
+def _checked_since(value: str | None) -> str | None:
+    # Read as it is parsed too (a callback): a bad one is refused before the ledger is
+    # opened, and click names the option in the refusal.
+    _since(value)
+    return value
+
+
 def calibration(
-    batch: str | None = typer.Option(None, "--batch", help="labels of one batch only"),
-    question: str | None = typer.Option(None, "--question", help="one question id only"),
-    provider: str | None = typer.Option(None, "--provider", help="one provider only"),
-    model: str | None = typer.Option(None, "--model", help="one model (as receipts name it)"),
+    batch: str | None = typer.Option(
+        None, "--batch", callback=identifier, help="labels of one batch only"
+    ),
+    question: str | None = typer.Option(
+        None, "--question", callback=name, help="one question id only"
+    ),
+    provider: str | None = typer.Option(
+        None, "--provider", callback=name, help="one provider only"
+    ),
+    model: str | None = typer.Option(
+        None, "--model", callback=name, help="one model (as receipts name it)"
+    ),
     since: str | None = typer.Option(
-        None, "--since", help="labels resolved since: an ISO date/time, or 36h, 7d, ..."
+        None,
+        "--since",
+        callback=_checked_since,
+        help="labels resolved since: an ISO date/time, or 36h, 7d, ...",
     ),
     source: str | None = typer.Option(
         None, "--source", help="audit or escalation: only labels of that source"
@@ -61,7 +80,10 @@ def calibration(
         "lower bound does",
     ),
     min_labels: float = typer.Option(
-        float(DEFAULT_MIN_LABELS), "--min-labels", help="fewer (effective): no suggestion"
+        float(DEFAULT_MIN_LABELS),
+        "--min-labels",
+        callback=non_negative,
+        help="fewer (effective): no suggestion",
     ),
     bins: int = typer.Option(DEFAULT_BINS, "--bins", help="reliability bins over [0, 1]"),
     store: bool = typer.Option(
@@ -121,15 +143,27 @@ def _since(value: str | None) -> datetime | None:
     relative = _SINCE.match(value.strip())
     if relative:
         amount, unit = relative.groups()
-        return datetime.now(UTC) - timedelta(**{_UNITS[unit]: int(amount)})
+        try:
+            return datetime.now(UTC) - timedelta(**{_UNITS[unit]: int(amount)})
+        except OverflowError:  # before year 1: was "a bug" (OverflowError)
+            raise typer.BadParameter(f"{value!r}: an age back to year 1 at most") from None
     try:
         moment = datetime.fromisoformat(value.strip())
     except ValueError:
         raise typer.BadParameter(
-            f"{value!r}: an ISO date or time (2026-12-01, 2026-12-01T09:00Z) or 36h, 7d",
-            param_hint="--since",
+            f"{value!r}: an ISO date or time (2026-12-01, 2026-12-01T09:00Z) or 36h, 7d"
         ) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return _in_utc_range(value, moment if moment.tzinfo else moment.replace(tzinfo=UTC))
+
+
+def _in_utc_range(value: str, moment: datetime) -> datetime:
+    # The ledger compares in UTC: a time before year 1 or after 9999 there (0001-01-01T00:00
+    # +01:00) failed in the query, as "a bug" (OverflowError).
+    try:
+        moment.astimezone(UTC)
+    except OverflowError:
+        raise typer.BadParameter(f"{value!r}: a time in the years 1 to 9999, in UTC") from None
+    return moment
 
 
 def _pct(value: float | None) -> str:

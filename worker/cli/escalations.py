@@ -25,6 +25,7 @@ from rich.table import Table
 from shared.errors import EscalationNotFound, PublishFailed, ResolutionInvalid
 from shared.escalations import EscalationQueue, OpenEscalation
 from shared.settings import get_settings
+from worker.cli.option_values import identifier, name, reviewer
 from worker.cli.terminal import console, err_console
 
 __all__ = ["register"]
@@ -65,15 +66,20 @@ def _default_reviewer() -> str:
     return f"{getpass.getuser()}@{socket.gethostname()}"
 
 
-REVIEWER = typer.Option(None, "--reviewer", help="your name (default: user@host)")
+REVIEWER = typer.Option(
+    None, "--reviewer", callback=reviewer, help="your name (default: user@host)"
+)
 
 
 REASON = typer.Option(
     None,
     "--reason",
+    callback=name,
     help="only escalations for this reason (low_confidence, decision_refused, ...)",
 )
-BATCH = typer.Option(None, "--batch", help="only escalations of jobs in this batch")
+BATCH = typer.Option(
+    None, "--batch", callback=identifier, help="only escalations of jobs in this batch"
+)
 
 
 @escalations_app.command("list")

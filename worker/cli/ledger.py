@@ -14,6 +14,7 @@ from rich.table import Table
 from shared import keys
 from shared.settings import get_settings
 from worker.cli.budget import add_budget_rows, budget_json
+from worker.cli.option_values import identifier
 from worker.cli.terminal import console, err_console
 from worker.kinds.judgments.progress import (
     add_estimate_rows,
@@ -40,7 +41,9 @@ def _ledger() -> Ledger:
 
 @ledger_app.command("status")
 def status(
-    batch: str | None = typer.Option(None, "--batch", help="one batch only"),
+    batch: str | None = typer.Option(
+        None, "--batch", callback=identifier, help="one batch only"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
 ) -> None:
     """Jobs by outcome, calls by state, cost by basis (with --batch: against its estimate,
@@ -149,11 +152,22 @@ def reap() -> None:
     console.print(f"published {relayed} stored message(s) whose publish had failed")
 
 
+def _checked_since(value: str | None) -> str | None:
+    # Read as it is parsed too (a callback): a bad one is refused before anything is opened,
+    # and click names the option in the refusal; an empty one was no --since at all.
+    if value is not None:
+        _since(value)
+    return value
+
+
 @ledger_app.command("republish")
 def republish(
     stream: str = typer.Option(..., "--stream", help="the reply stream (a job's reply_to)"),
     since: str | None = typer.Option(
-        None, "--since", help="only jobs finished since: ISO 8601 (UTC if no zone) or 30m, 6h, 2d"
+        None,
+        "--since",
+        callback=_checked_since,
+        help="only jobs finished since: ISO 8601 (UTC if no zone) or 30m, 6h, 2d",
     ),
 ) -> None:
     """Write again, from the ledger, the terminal messages a reply stream lost (and its open
@@ -191,17 +205,24 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 def _since(text: str) -> datetime:
     ago = _AGO.match(text.strip())
     if ago:
-        return datetime.now(UTC) - timedelta(seconds=float(ago[1]) * _UNITS[ago[2]])
+        try:
+            return datetime.now(UTC) - timedelta(seconds=float(ago[1]) * _UNITS[ago[2]])
+        except OverflowError:  # before year 1: was "a bug" (OverflowError)
+            raise typer.BadParameter(f"{text!r}: an age back to year 1 at most") from None
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
-        err_console.print(
-            f"[red]--since {text!r}: give an ISO 8601 time (2026-05-01T12:00) or an age "
-            "(30m, 6h, 2d)[/]",
-            highlight=False,
-        )
-        raise typer.Exit(2) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        raise typer.BadParameter(
+            f"{text!r}: an ISO 8601 time (2026-05-01T12:00) or an age (30m, 6h, 2d)"
+        ) from None
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    try:
+        # The ledger compares in UTC: a time before year 1 or after 9999 there failed in
+        # the query, as "a bug" (OverflowError).
+        moment.astimezone(UTC)
+    except OverflowError:
+        raise typer.BadParameter(f"{text!r}: a time in the years 1 to 9999, in UTC") from None
+    return moment
 
 
 def _as_dict(figures: object) -> dict[str, object]:

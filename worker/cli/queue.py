@@ -18,7 +18,7 @@ from shared.settings import Settings, get_settings
 from shared.streams import follow_stream, read_stream
 from shared.tracing import COMMAND_EXPORT_TIMEOUT_S
 from worker.cli.jsonl import JobLine, line_number, line_of, plain_reason, read_lines
-from worker.cli.option_values import seconds
+from worker.cli.option_values import count, seconds
 from worker.cli.terminal import console, err_console
 from worker.kinds.judgments import judgment_checker
 from worker.kinds.judgments.dryrun import print_report, report_json, worker_prices
@@ -39,7 +39,9 @@ def register(app: typer.Typer) -> None:
         wait: bool = typer.Option(
             False, "--wait", help="follow the stream until every job has replied"
         ),
-        chunk_size: int | None = typer.Option(None, "--chunk-size", help="jobs per Celery message"),
+        chunk_size: int | None = typer.Option(
+            None, "--chunk-size", callback=count, help="jobs per Celery message"
+        ),
         timeout: float | None = typer.Option(
             None, "--timeout", callback=seconds, help="give up waiting after this many s"
         ),

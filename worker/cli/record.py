@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from shared.settings import get_settings
+from worker.cli.option_values import names, not_empty_path
 from worker.cli.terminal import err_console
 
 __all__ = ["register"]
@@ -29,13 +30,24 @@ def register(app: typer.Typer) -> None:
     def record(
         ctx: typer.Context,
         directory: Path = typer.Option(
-            ..., "--dir", file_okay=False, help="where the recordings go (created if missing)"
+            ...,
+            "--dir",
+            file_okay=False,
+            path_type=str,  # "" as typed: typer makes it Path(".")
+            callback=not_empty_path,
+            help="where the recordings go (created if missing)",
         ),
         secret_header: list[str] = typer.Option(
-            [], "--secret-header", help="a response header never to write (repeatable)"
+            [],
+            "--secret-header",
+            callback=names,
+            help="a response header never to write (repeatable)",
         ),
         secret_field: list[str] = typer.Option(
-            [], "--secret-field", help="a JSON field path to redact, a.b.c or a.*.c (repeatable)"
+            [],
+            "--secret-field",
+            callback=names,
+            help="a JSON field path to redact, a.b.c or a.*.c (repeatable)",
         ),
     ) -> None:
         """Run COMMAND with DECISIONS_RECORD_DIR=DIR: every response a provider receives is

@@ -16,6 +16,7 @@ from shared.rejection import rejection_for
 from shared.settings import get_settings
 from worker.cli.jsonl import read_lines, unreadable_problems
 from worker.cli.ledger_file import cannot_write
+from worker.cli.option_values import not_empty_path
 from worker.cli.startup import check_registries
 from worker.cli.terminal import console, err_console
 from worker.embedded import RunSummary, at_the_faux, run_batch
@@ -32,7 +33,11 @@ def register(app: typer.Typer) -> None:
             ..., exists=True, dir_okay=False, help="a batch, one job per line"
         ),
         out: Path = typer.Option(
-            Path("out"), "--out", help="where results.jsonl and escalations.jsonl go"
+            Path("out"),
+            "--out",
+            path_type=str,  # "" as typed: typer makes it Path(".")
+            callback=not_empty_path,
+            help="where results.jsonl and escalations.jsonl go",
         ),
         verbose: bool = typer.Option(False, "--verbose", "-v", help="log every job's events"),
         pack: bool = typer.Option(

@@ -13,6 +13,13 @@ import typer
 from shared import keys
 from shared.errors import ConfigurationError, SchemaBehind
 from shared.settings import get_settings
+from worker.cli.option_values import (
+    count,
+    listen_host,
+    milliseconds,
+    not_empty_path,
+    seconds,
+)
 from worker.cli.startup import check_ledger_file, check_registries
 from worker.cli.terminal import console, err_console
 from worker.ledger import Ledger
@@ -98,9 +105,16 @@ def register(app: typer.Typer) -> None:
 
     @faux_app.command("serve")
     def faux_serve(
-        host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
+        # FauxBehaviour refuses negative and NaN values; the callbacks, what it lets through:
+        # an infinite time (never answers, "Retry-After: inf"), --fail-first 0 (never
+        # misbehaves), an empty --host (every interface), an empty --replay (this directory).
+        host: str = typer.Option(
+            "127.0.0.1", "--host", callback=listen_host, help="address to listen on"
+        ),
         port: int = typer.Option(8765, "--port", min=1, max=65535, help="port to listen on"),
-        latency_ms: float = typer.Option(0.0, "--latency-ms", help="delay before each answer"),
+        latency_ms: float = typer.Option(
+            0.0, "--latency-ms", callback=milliseconds, help="delay before each answer"
+        ),
         mode: str = typer.Option(
             "ok",
             "--mode",
@@ -109,16 +123,18 @@ def register(app: typer.Typer) -> None:
         ),
         status_code: int | None = typer.Option(None, "--status-code", help="with --mode status"),
         retry_after: float | None = typer.Option(
-            None, "--retry-after", help="with --mode rate_limit"
+            None, "--retry-after", callback=seconds, help="with --mode rate_limit"
         ),
         fail_first: int | None = typer.Option(
-            None, "--fail-first", help="misbehave for N requests only"
+            None, "--fail-first", callback=count, help="misbehave for N requests only"
         ),
         replay: Path | None = typer.Option(
             None,
             "--replay",
             exists=True,
             file_okay=False,
+            path_type=str,  # "" as typed: typer makes it Path(".")
+            callback=not_empty_path,
             help="answer with the responses recorded in DIR (decisions record); "
             "an unrecorded request gets a 404 naming its digest and the closest recording",
         ),

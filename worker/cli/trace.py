@@ -27,6 +27,7 @@ from rich.markup import escape
 from rich.tree import Tree
 
 from shared.settings import get_settings
+from worker.cli.option_values import identifier
 from worker.cli.terminal import console, err_console
 from worker.cli.trace_resolution import (
     Resolution,
@@ -331,7 +332,7 @@ def _as_json(
 def register(app: typer.Typer) -> None:
     @app.command("trace")
     def trace(
-        job_id: str = typer.Argument(..., help="the job's id"),
+        job_id: str = typer.Argument(..., callback=identifier, help="the job's id"),
         as_json: bool = typer.Option(False, "--json", help="print the tree as JSON"),
     ) -> None:
         """A job's calls as a tree: model calls, re-picks, tools, handler; status, time, cost."""

@@ -10,11 +10,13 @@ import socket
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from shared.errors import ConfigurationError, LedgerError
 from shared.escalations import QUEUE_CONSUMER
 from shared.setting_types import ConsoleUser
 from shared.settings import get_settings
+from worker.cli.option_values import listen_host, not_empty_path
 from worker.cli.terminal import console, err_console
 
 __all__ = ["register"]
@@ -35,7 +37,10 @@ def serve(
     port: int | None = typer.Option(
         None, "--port", min=1, max=65535, help="default DECISIONS_CONSOLE_PORT"
     ),
-    host: str | None = typer.Option(None, "--host", help="default DECISIONS_CONSOLE_HOST"),
+    # An empty --host was the default host, silently (``host or settings.console_host``).
+    host: str | None = typer.Option(
+        None, "--host", callback=listen_host, help="default DECISIONS_CONSOLE_HOST"
+    ),
 ) -> None:
     """Serve the console (logins from DECISIONS_CONSOLE_USERS_FILE and DECISIONS_CONSOLE_USERS)."""
     if ctx.invoked_subcommand is not None:
@@ -49,7 +54,7 @@ def serve(
     try:
         users = Users(settings.console_users, settings.console_users_file)
     except ConfigurationError as exc:
-        err_console.print(f"[red]refusing to start:[/] {exc}")
+        err_console.print(f"[red]refusing to start:[/] {escape(str(exc))}")
         raise typer.Exit(2) from None
     if not len(users):
         err_console.print(
@@ -60,9 +65,15 @@ def serve(
     try:
         ledger.check_schema()
     except LedgerError as exc:
-        err_console.print(f"[red]refusing to start:[/] {exc}")
+        err_console.print(f"[red]refusing to start:[/] {escape(str(exc))}")
         raise typer.Exit(2) from None
-    app = create_app(settings, ledger=ledger)
+    try:
+        # The logins are read again here: a logins file changed since the check above is
+        # refused the same way, never with a traceback.
+        app = create_app(settings, ledger=ledger)
+    except ConfigurationError as exc:
+        err_console.print(f"[red]refusing to start:[/] {escape(str(exc))}")
+        raise typer.Exit(2) from None
     bind_host = host or settings.console_host
     bind_port = port or settings.console_port
     listening = _listen(bind_host, bind_port)
@@ -102,7 +113,11 @@ def add_user(
         "read_only", "--role", help="reviewer (claims and answers) or read_only (only looks)"
     ),
     file: Path | None = typer.Option(
-        None, "--file", help="logins file (default DECISIONS_CONSOLE_USERS_FILE)"
+        None,
+        "--file",
+        path_type=str,  # "" as typed: typer makes it Path(".")
+        callback=not_empty_path,
+        help="logins file (default DECISIONS_CONSOLE_USERS_FILE)",
     ),
 ) -> None:
     """Add a login to the logins file, or change its password and role (prompts for the
