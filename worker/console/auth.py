@@ -9,20 +9,25 @@ added or changed there applies without a restart. Each login has a ``stamp`` (a 
 its password hash): a session remembers the stamp it logged in with and ends when the
 password changes. A name the escalation queue refuses as a reviewer's (``queue``, under
 which it holds every waiting escalation, or an empty one) is refused when the logins load:
-at start an error naming the setting or file, later a warning (the last good file stays).
+at start an error naming the setting or file, later a warning (the last good file stays). So
+is a ``password_hash`` Argon2 cannot use (a bcrypt hash, a password, an empty or mangled
+string): no password could match it, and its refusal, quick where a verify is slow, would tell
+an attacker the name exists. Every refused login costs one Argon2 verify, whatever the reason.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
+import shlex
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from argon2 import PasswordHasher
+from argon2 import PasswordHasher, extract_parameters
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 
 from shared.errors import ConfigurationError
@@ -40,6 +45,10 @@ _MAX_INPUT: Final = 1024
 
 _HASHER = PasswordHasher()
 _log = logging.getLogger(__name__)
+#: Hashes ``_hash_problem`` found usable. Its check costs a login's verify, so each hash is
+#: checked once a process: not again at each re-read of the logins file, nor by the second
+#: ``Users`` that ``decisions console`` builds (in ``create_app``).
+_USABLE: set[str] = set()
 
 
 def hash_password(password: str) -> str:
@@ -65,7 +74,13 @@ def _stamp(user: ConsoleUser) -> str:
 
 class Users:
     def __init__(self, users: Mapping[str, ConsoleUser], file: Path | None = None) -> None:
-        self._settings = _checked(users, "DECISIONS_CONSOLE_USERS", "rename it there")
+        self._settings = _checked(
+            users,
+            "DECISIONS_CONSOLE_USERS",
+            rename="rename it there",
+            rehash=lambda name, role: "replace it with what "
+            "`decisions console hash-password` prints",
+        )
         self._file = file
         self._seen: tuple[int, int] | None = None
         self._lock = threading.Lock()
@@ -80,16 +95,33 @@ class Users:
         return len(self._current())
 
     def authenticate(self, name: str, password: str) -> Login | None:
+        """The login, or None. Every None costs one Argon2 verify, as a wrong password does:
+        how long a refusal takes must tell nothing (whether the name exists, its hash)."""
         if len(name) > _MAX_INPUT or len(password) > _MAX_INPUT:
+            self._spend()  # the input itself is never hashed
             return None
         user = self._current().get(name)
-        try:
-            _HASHER.verify(user.password_hash if user else self._dummy, password)
-        except (VerifyMismatchError, VerificationError, InvalidHashError):
-            return None
         if user is None:
+            self._spend()
+            return None
+        try:
+            _HASHER.verify(user.password_hash, password)
+        except VerifyMismatchError:
+            return None  # the verify ran in full
+        except (VerificationError, ValueError):
+            # Refused before any hashing: a hash the loading checks should have stopped
+            # (belt and braces), a password with no UTF-8 form; UnicodeEncodeError and
+            # InvalidHashError are ValueErrors.
+            self._spend()
             return None
         return Login(name=name, role=user.role)
+
+    def _spend(self) -> None:
+        """A verify of the dummy hash, failing. Always the same password: Argon2's cost does
+        not depend on it (it is digested once, in microseconds), and a password argon2-cffi
+        cannot encode would fail it at once."""
+        with contextlib.suppress(VerificationError):
+            _HASHER.verify(self._dummy, "")
 
     def role_of(self, name: str) -> Role | None:
         """The role a session's name has now (a user removed from settings has none)."""
@@ -116,8 +148,15 @@ class Users:
 
     def _read_file(self) -> dict[str, ConsoleUser]:
         assert self._file is not None
-        fix = "remove it, and add the login under another name with `decisions console add-user`"
-        return _checked(read_users_file(self._file), str(self._file), fix)
+        return _checked(
+            read_users_file(self._file),
+            str(self._file),
+            rename="remove it, and add the login under another name with "
+            "`decisions console add-user`",
+            # add-user's own default role is read_only: name the login's, or it would change.
+            rehash=lambda name, role: "set its password again with "
+            f"`decisions console add-user {shlex.quote(name)} --role {role}`",
+        )
 
     def _signature(self) -> tuple[int, int] | None:
         assert self._file is not None
@@ -128,15 +167,59 @@ class Users:
         return stat.st_mtime_ns, stat.st_size
 
 
-def _checked(users: Mapping[str, ConsoleUser], where: str, fix: str) -> dict[str, ConsoleUser]:
-    """``users``, unless a name is one the escalation queue refuses as a reviewer's: as a login,
-    ``queue`` would pass the queue's holder check and resolve escalations nobody claimed."""
-    for name in users:
+def _checked(
+    users: Mapping[str, ConsoleUser],
+    where: str,
+    *,
+    rename: str,
+    rehash: Callable[[str, Role], str],
+) -> dict[str, ConsoleUser]:
+    """``users``, unless a name is one the escalation queue refuses as a reviewer's (as a login,
+    ``queue`` would pass the queue's holder check and resolve escalations nobody claimed), or
+    a login's hash is one Argon2 cannot use (``_hash_problem``). The error names the login,
+    ``where`` it is, and the fix."""
+    for name, user in users.items():
         if name == QUEUE_CONSUMER:
-            why = f"the login {name!r} is reserved (the escalation queue's own name)"
+            why, fix = f"the login {name!r} is reserved (the escalation queue's own name)", rename
         elif not name:
-            why = "a login has an empty name"
+            why, fix = "a login has an empty name", rename
+        elif problem := _hash_problem(user.password_hash):
+            why = f"the login {name!r} has a password_hash that {problem}"
+            fix = rehash(name, user.role)
         else:
             continue
         raise ConfigurationError(f"{where}: {why}: {fix}")
     return dict(users)
+
+
+def _hash_problem(password_hash: str) -> str | None:
+    """Why no password can match ``password_hash`` (None: Argon2 can use it). Never quotes
+    the hash: it may be a password pasted there by mistake."""
+    if not password_hash:
+        return "is empty"
+    if password_hash in _USABLE:
+        return None
+    # argon2-cffi's own parser, not a pattern of ours: it accepts the forms its verify accepts
+    # (argon2id, argon2i and argon2d, the version 1.0 form with no v=) and follows the library
+    # when that changes, where a regex of ours would drift from it.
+    not_argon2 = "is not an Argon2 hash (one begins $argon2id$v=19$m=)"
+    try:
+        extract_parameters(password_hash)
+    except InvalidHashError:
+        return not_argon2
+    # The parser reads the shape only, not the salt and digest inside: a hash cut short in
+    # its digest, a line break or a non-ASCII letter pasted into it, a salt too short or t=0
+    # pass it, and every login would then fail. Argon2's decoder finds these, before any
+    # hashing, in the verify a login runs: run that once, with a password nobody has.
+    try:
+        _HASHER.verify(password_hash, "")
+    except VerifyMismatchError:
+        pass
+    except VerificationError as exc:  # "Decoding failed", "Salt is too short", ...
+        return f"Argon2 cannot use ({exc}; cut short or changed?)"
+    except InvalidHashError:  # its header: the parser should have said so
+        return not_argon2
+    except ValueError:  # UnicodeEncodeError: argon2-cffi encodes a hash as ASCII first
+        return "Argon2 cannot use (not ASCII; changed?)"
+    _USABLE.add(password_hash)
+    return None
