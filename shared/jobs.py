@@ -50,6 +50,7 @@ __all__ = [
     "MAX_WORK_STEPS",
     "MIN_AUDIT_RATE",
     "SUBMITTED_AT_ALLOWANCE_S",
+    "BatchName",
     "DecideJob",
     "Job",
     "JobId",
@@ -68,6 +69,17 @@ JobId = Annotated[
         min_length=1, max_length=200, pattern=r"^[^\s\x00-\x1f]([^\x00-\x1f]*[^\s\x00-\x1f])?$"
     ),
 ]
+
+def _names_a_batch(value: str) -> str:
+    # "" or "  " named a batch nobody can name back: `decisions budget show ""` and every
+    # --batch filter refuse a blank name, and a budget_usd set on it was counted there.
+    if not value.strip():
+        raise ValueError("a batch's name: not empty nor only spaces (leave batch out for none)")
+    return value
+
+
+#: A batch's name: ledger text (no control characters), not blank.
+BatchName = Annotated[LedgerText, AfterValidator(_names_a_batch)]
 
 #: The smallest non-zero ``audit_rate``: ``1 / shared.calibration.MAX_WEIGHT``.
 MIN_AUDIT_RATE = 1e-9
@@ -99,7 +111,7 @@ class JobBase(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: JobId = Field(..., description="the producer's idempotency key, unique per logical job")
-    batch: LedgerText | None = Field(None, max_length=200)
+    batch: BatchName | None = Field(None, max_length=200)
     reply_to: StreamName = Field(..., description="the Redis stream that gets the terminal message")
     deadline: AwareDatetime | None = Field(None, description="absolute UTC deadline")
     timeout_s: float | None = Field(None, gt=0, description="deadline relative to submission")
