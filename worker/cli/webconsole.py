@@ -18,6 +18,7 @@ from shared.setting_types import ConsoleUser
 from shared.settings import get_settings
 from worker.cli.option_values import listen_host, not_empty_path
 from worker.cli.terminal import console, err_console
+from worker.process.logs import configure_logging
 
 __all__ = ["register"]
 
@@ -78,6 +79,9 @@ def serve(
     bind_port = port or settings.console_port
     listening = _listen(bind_host, bind_port)
     console.print(f"reviewer console on http://{bind_host}:{bind_port}  (ledger {ledger.url})")
+    # The console's own lines (logins, a logins file not reloaded) as the worker's are: JSON
+    # off a terminal, at DECISIONS_LOG_LEVEL. uvicorn keeps its own loggers.
+    configure_logging(settings.log_level, settings.log_format)
     config = uvicorn.Config(
         app, host=bind_host, port=bind_port, log_level="warning", access_log=False
     )

@@ -5,12 +5,19 @@ A login attempt is refused before any hashing while its account or address must 
 counted against both before its password is checked, and a failure leaves it counted.
 Logging in and out each give the session a new id; logging out deletes it, so a copy of the
 cookie is worth nothing afterwards.
+
+Each outcome is a line of the console's log (``login.failed`` at WARNING, ``login.throttled``
+and ``login.succeeded`` at INFO, with the login as typed and the client address): without
+them an operator could not tell a guessing attack, or an account kept waiting by one, from a
+quiet console. A name is an attacker's text: cut, and its control and direction characters
+shown as ``<U+XXXX>``; a password is never logged.
 """
 
 from __future__ import annotations
 
 import math
 
+import structlog
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -21,6 +28,11 @@ from worker.console.throttle import Busy
 from worker.console.web import Form, action, flash, log_in, read_form, redirect, render, state_of
 
 __all__ = ["login_form", "login_submit", "logout", "safe_next"]
+
+log = structlog.get_logger("decisions.console")
+
+#: The most of a typed login name a log line shows.
+NAME_SHOWN = 64
 
 
 def safe_next(target: str | None) -> str:
@@ -48,6 +60,7 @@ async def login_submit(request: Request) -> Response:
     # check that neither must wait: concurrent guesses cannot all slip in before a failure.
     wait = await state.throttle.begin(name, address)
     if wait > 0:
+        log.info("login.throttled", login=_shown(name), address=address, wait_s=math.ceil(wait))
         return _refused(
             request,
             429,
@@ -63,9 +76,11 @@ async def login_submit(request: Request) -> Response:
             request, 503, target, "Too many logins at once: try again in a moment.", retry_after=2
         )
     if login is None:
-        await state.throttle.failed(name, address)
+        wait = await state.throttle.failed(name, address)
+        log.warning("login.failed", login=_shown(name), address=address, wait_s=wait)
         return _refused(request, 401, target, "Wrong name or password.")
     await state.throttle.succeeded(name, address)
+    log.info("login.succeeded", login=login.name, role=login.role, address=address)
     request.session.clear()
     renew_session(request)
     log_in(request, login)
@@ -79,6 +94,13 @@ def logout(request: Request, login: Login, form: Form) -> Response:
     renew_session(request)
     flash(request, f"{login.name} logged out")
     return redirect("/login")
+
+
+def _shown(name: str) -> str:
+    """A typed name as a log line may show it: cut, nothing in it that is not printable."""
+    cut = name[:NAME_SHOWN]
+    shown = "".join(c if c.isprintable() else f"<U+{ord(c):04X}>" for c in cut)
+    return shown + ("..." if len(name) > NAME_SHOWN else "")
 
 
 def _refused(
