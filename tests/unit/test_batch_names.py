@@ -36,7 +36,7 @@ def test_a_blank_batch_is_rejected_naming_the_field(batch: str) -> None:
 def test_a_blank_batch_with_a_budget_is_rejected_too() -> None:
     with pytest.raises(JobInvalid) as caught:
         parse_job(_ticket(batch="", budget_usd=1.0))
-    assert [p.field for p in caught.value.problems][0] == "batch"
+    assert caught.value.problems[0].field == "batch"
 
 
 @pytest.mark.parametrize("batch", ["b", " spaced name ", "support-demo", None])
