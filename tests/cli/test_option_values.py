@@ -46,6 +46,10 @@ CASES = [
     # deadline past year 9999.
     Case("status-timeout-1e10", ("status", "--timeout", "1e10"), "--timeout"),
     Case("submit-wait-timeout-1e12", (*SUBMIT, "--wait", "--timeout", "1e12"), "--timeout"),
+    # Ignored without the option they go with: a --timeout that bounded no wait, a --json
+    # that printed the usual lines.
+    Case("submit-timeout-without-wait", (*SUBMIT, "--timeout", "5"), "--timeout"),
+    Case("submit-json-without-dry-run", (*SUBMIT, "--json"), "--json"),
     # Used the default chunk size (0), or one job a message (-5).
     Case("submit-chunk-size-0", (*SUBMIT, "--chunk-size", "0"), "--chunk-size"),
     Case("submit-chunk-size-negative", (*SUBMIT, "--chunk-size", "-5"), "--chunk-size"),

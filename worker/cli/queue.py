@@ -64,6 +64,16 @@ def register(app: typer.Typer) -> None:
         ``decisions ledger status --batch``; ``--dry-run`` prints it and sends nothing.
         ``--pack`` packs decide jobs of one batch about the same state, for the same provider
         and model, into shared requests; each job still gets its own reply."""
+        # Options that only mean something beside another were ignored without it: a
+        # --timeout that bounded nothing, a --json that printed the usual lines.
+        if timeout is not None and not wait:
+            raise typer.BadParameter(
+                "only with --wait (it bounds the wait)", param_hint="'--timeout'"
+            )
+        if as_json and not dry_run:
+            raise typer.BadParameter(
+                "only with --dry-run (it prints the estimate as JSON)", param_hint="'--json'"
+            )
         problem = keys.reply_to_problem(reply_to)
         if problem:
             err_console.print(f"[red]--reply-to {reply_to[:80]!r}: {problem}[/]", highlight=False)
