@@ -234,6 +234,7 @@ def test_a_ledger_that_fills_up_is_said_once_and_the_batch_finishes_when_freed(
     assert len(said) == 1, log[-3000:]
     assert '"level": "error"' in said[0] and "disk is full" in said[0], said[0]
     assert "free space on that disk" in said[0]
+    assert "run the command again" not in said[0]  # the worker retries by itself
     assert "Traceback" not in log
     replies = (tmp_path / "replies.jsonl").read_text().splitlines()
     assert sorted(json.loads(r)["job_id"] for r in replies) == ["ticket-0001", "ticket-0002"]

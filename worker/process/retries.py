@@ -74,4 +74,6 @@ def _explained(error: BaseException) -> tuple[str, str | None]:
         explanation = explain(error)
     except Exception:  # an explanation must never cost the retry its line
         return type(error).__name__, None
-    return explanation.problem, explanation.fix
+    # A command is run again by whoever ran it; a worker's message retries by itself.
+    fix = explanation.fix.removesuffix("; then run the command again") if explanation.fix else None
+    return explanation.problem, fix
