@@ -17,7 +17,7 @@ import json
 import re
 import textwrap
 from dataclasses import asdict
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import redis
@@ -26,7 +26,7 @@ import typer
 from shared.calibration import DEFAULT_BINS, DEFAULT_MIN_LABELS, Interval, Rule
 from shared.settings import get_settings
 from worker.calibration import GroupReport, group_reports, store_label_stream
-from worker.cli.option_values import identifier, name, non_negative
+from worker.cli.option_values import identifier, in_utc_range, name, non_negative, time_ago
 from worker.cli.terminal import err_console
 from worker.ledger import Ledger
 from worker.ledger.label_ops import LabelFilter
@@ -143,27 +143,14 @@ def _since(value: str | None) -> datetime | None:
     relative = _SINCE.match(value.strip())
     if relative:
         amount, unit = relative.groups()
-        try:
-            return datetime.now(UTC) - timedelta(**{_UNITS[unit]: int(amount)})
-        except OverflowError:  # before year 1: was "a bug" (OverflowError)
-            raise typer.BadParameter(f"{value!r}: an age back to year 1 at most") from None
+        return time_ago(value, **{_UNITS[unit]: int(amount)})
     try:
         moment = datetime.fromisoformat(value.strip())
     except ValueError:
         raise typer.BadParameter(
             f"{value!r}: an ISO date or time (2026-12-01, 2026-12-01T09:00Z) or 36h, 7d"
         ) from None
-    return _in_utc_range(value, moment if moment.tzinfo else moment.replace(tzinfo=UTC))
-
-
-def _in_utc_range(value: str, moment: datetime) -> datetime:
-    # The ledger compares in UTC: a time before year 1 or after 9999 there (0001-01-01T00:00
-    # +01:00) failed in the query, as "a bug" (OverflowError).
-    try:
-        moment.astimezone(UTC)
-    except OverflowError:
-        raise typer.BadParameter(f"{value!r}: a time in the years 1 to 9999, in UTC") from None
-    return moment
+    return in_utc_range(value, moment)
 
 
 def _pct(value: float | None) -> str:

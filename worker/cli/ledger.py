@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import redis
 import typer
@@ -14,7 +14,7 @@ from rich.table import Table
 from shared import keys
 from shared.settings import get_settings
 from worker.cli.budget import add_budget_rows, budget_json
-from worker.cli.option_values import identifier
+from worker.cli.option_values import identifier, in_utc_range, time_ago
 from worker.cli.terminal import console, err_console
 from worker.kinds.judgments.progress import (
     add_estimate_rows,
@@ -205,24 +205,14 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 def _since(text: str) -> datetime:
     ago = _AGO.match(text.strip())
     if ago:
-        try:
-            return datetime.now(UTC) - timedelta(seconds=float(ago[1]) * _UNITS[ago[2]])
-        except OverflowError:  # before year 1: was "a bug" (OverflowError)
-            raise typer.BadParameter(f"{text!r}: an age back to year 1 at most") from None
+        return time_ago(text, seconds=float(ago[1]) * _UNITS[ago[2]])
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
         raise typer.BadParameter(
             f"{text!r}: an ISO 8601 time (2026-05-01T12:00) or an age (30m, 6h, 2d)"
         ) from None
-    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-    try:
-        # The ledger compares in UTC: a time before year 1 or after 9999 there failed in
-        # the query, as "a bug" (OverflowError).
-        moment.astimezone(UTC)
-    except OverflowError:
-        raise typer.BadParameter(f"{text!r}: a time in the years 1 to 9999, in UTC") from None
-    return moment
+    return in_utc_range(text, moment)
 
 
 def _as_dict(figures: object) -> dict[str, object]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import typer
@@ -27,6 +28,7 @@ from shared.setting_types import MAX_SECONDS
 __all__ = [
     "count",
     "identifier",
+    "in_utc_range",
     "listen_host",
     "milliseconds",
     "name",
@@ -35,6 +37,7 @@ __all__ = [
     "not_empty_path",
     "reviewer",
     "seconds",
+    "time_ago",
 ]
 
 
@@ -147,3 +150,24 @@ def not_empty_path(value: str | Path | None) -> Path | None:
     if str(value) == "":
         raise typer.BadParameter("'' is empty: a path (. for the current directory)")
     return Path(value)
+
+
+def time_ago(value: str, **age: float) -> datetime:
+    """Now (UTC) less ``age`` (``timedelta``'s keywords), the time a ``--since`` age
+    ``value`` names; one before year 1 was "a bug" (OverflowError)."""
+    try:
+        return datetime.now(UTC) - timedelta(**age)
+    except OverflowError:
+        raise typer.BadParameter(f"{value!r}: an age back to year 1 at most") from None
+
+
+def in_utc_range(value: str, moment: datetime) -> datetime:
+    """``moment`` (in UTC if it names no zone), the time a ``--since`` ``value`` names. The
+    ledger compares in UTC: a time before year 1 or after 9999 there (0001-01-01T00:00+01:00)
+    failed in the query, as "a bug" (OverflowError)."""
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    try:
+        moment.astimezone(UTC)
+    except OverflowError:
+        raise typer.BadParameter(f"{value!r}: a time in the years 1 to 9999, in UTC") from None
+    return moment
