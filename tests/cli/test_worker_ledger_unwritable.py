@@ -52,14 +52,23 @@ def _refused(done: Outcome, *says: str) -> str:
     return lines[0]
 
 
-def _run(argv: list[str], cwd: Path, ledger_url: str) -> Outcome:
-    """``argv`` with only the ``DECISIONS_*`` settings of a worker on ``ledger_url``."""
-    env = decisions_env(ledger_url=ledger_url, broker_url=_nowhere(), redis_url=_nowhere())
+def _run(
+    argv: list[str],
+    cwd: Path,
+    ledger_url: str,
+    *,
+    redis: str | None = None,
+    timeout_s: float = START_TIMEOUT_S,
+) -> Outcome:
+    """``argv`` with only the ``DECISIONS_*`` settings of a worker on ``ledger_url`` (its
+    broker and streams on ``redis``, else where nothing listens)."""
+    broker = redis or _nowhere()
+    env = decisions_env(ledger_url=ledger_url, broker_url=broker, redis_url=broker)
     for name in KEY_VARIABLES:
         env.pop(name, None)
     env["COLUMNS"] = "200"
     done = subprocess.run(
-        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=START_TIMEOUT_S
+        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s
     )
     return Outcome(done.returncode, done.stdout, done.stderr)
 
@@ -179,6 +188,10 @@ D={decisions}
 mount -t tmpfs -o size=8m tmpfs ledger
 $D migrate >/dev/null 2>&1
 $D worker > worker.log 2>&1 &
+W=$!
+# Stopped by pid however the script ends (sh has no job control here: `kill %1` failed, and
+# the worker outlived the test and its Redis).
+trap 'kill -TERM $W 2>/dev/null; wait $W 2>/dev/null' EXIT
 wait_for() {{
   for _ in $(seq 600); do grep -q "$1" worker.log && return 0; sleep 0.1; done; return 1
 }}
@@ -192,8 +205,6 @@ for _ in $(seq 90); do
   [ "$(wc -l < replies.jsonl)" -ge 2 ] && break
   sleep 1
 done
-kill -TERM %1
-wait
 """
 
 
@@ -209,23 +220,11 @@ def test_a_ledger_that_fills_up_is_said_once_and_the_batch_finishes_when_freed(
     (tmp_path / "two.jsonl").write_text("\n".join(lines.splitlines()[:2]) + "\n")
     (tmp_path / "ledger").mkdir()
     script = FILLS_UP.format(decisions=shlex.quote(DECISIONS), stream="filled-replies")
+    ledger = f"sqlite:///{tmp_path / 'ledger' / 'decisions.db'}"
+    argv = ["unshare", "--mount", "--map-root-user", "sh", "-c", script]
     with own_redis(persist=False) as server:
-        env = decisions_env(
-            ledger_url=f"sqlite:///{tmp_path / 'ledger' / 'decisions.db'}",
-            broker_url=server.url(0),
-            redis_url=server.url(0),
-        )
-        for name in KEY_VARIABLES:
-            env.pop(name, None)
-        done = subprocess.run(
-            ["unshare", "--mount", "--map-root-user", "sh", "-c", script],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-    if done.returncode != 0 and "unshare:" in done.stderr:
+        done = _run(argv, tmp_path, ledger, redis=server.url(0), timeout_s=180)
+    if done.code != 0 and "unshare:" in done.stderr:
         pytest.skip(f"no mount namespace for a test here: {done.stderr.strip()}")
     log = (tmp_path / "worker.log").read_text()
     said = [line for line in log.splitlines() if "worker.retrying" in line]
