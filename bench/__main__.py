@@ -309,10 +309,14 @@ def main(argv: list[str] | None = None) -> int:
                         str(BIN / "celery"), "-A", "bench.noop_app", "worker", "-Q", "bench-noop",
                         f"--loglevel={settings.log_level}", *_pool_args(config, "threads"),
                     ]
-                    with spawn_worker(argv_noop, env, logs / "noop.log"):
-                        results.noop(
-                            run_noop(client.celery, r, config.noop_tasks, warmup=config.warmup)
-                        )
+                    with spawn_worker(argv_noop, env, logs / "noop.log") as noop_worker:
+                        meter = Meter(noop_worker.pid)
+                        with contextlib.ExitStack() as metered:
+                            run = run_noop(
+                                client.celery, r, config.noop_tasks, warmup=config.warmup,
+                                measured=lambda: metered.enter_context(meter),
+                            )
+                        results.noop(run, meter.usage.cpu_s)
                 bench = _Bench(config, faux_url, client, r, logs, results)
                 if "open-loop" in stages:
                     print("open loop, single-job messages, PostgreSQL ledger ...", flush=True)

@@ -2,10 +2,12 @@
 interface, against the faux (its own process), same requests, same concurrency.
 
 Stacks: the worker's own client (``worker.http.connection_pool``: httpx over sharded httpcore pools)
-on asyncio's loop and on uvloop, and httpx over aiohttp (``httpx-aiohttp``'s transport) on
-both loops. The optional packages are only imported here; a stack whose package is missing
-is reported as such. Issue 18 asked for these figures before choosing one (README "Fleet
-sizing" has them).
+on asyncio's loop and on uvloop, httpx over aiohttp (``httpx-aiohttp``'s transport) on
+both loops, a default ``AsyncClient`` of httpx and of ``httpx2`` (Pydantic's maintained fork,
+with ``httpcore2``), and the worker's own client on ``httpx2`` (``bench.http_stacks_fork``, a
+process of its own). The optional packages are only imported here; a stack whose package is
+missing is reported as such. Issue 18 asked for these figures before choosing one (README
+"Fleet sizing" has them).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -35,6 +39,19 @@ def _worker_client(concurrency: int) -> httpx.AsyncClient:
     return sharded_client(max_connections=concurrency, timeout=60)
 
 
+def _plain_client(module: str) -> Callable[[int], httpx.AsyncClient]:
+    """A default ``AsyncClient`` of ``module`` (``httpx``, or the fork ``httpx2``: the same
+    interface, so the lanes drive it unchanged) with as many connections as lanes."""
+
+    def make(concurrency: int) -> httpx.AsyncClient:
+        lib = importlib.import_module(module)
+        limits = lib.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        client: httpx.AsyncClient = lib.AsyncClient(limits=limits, timeout=60)
+        return client
+
+    return make
+
+
 def _aiohttp_client(concurrency: int) -> httpx.AsyncClient:
     transport_module = importlib.import_module("httpx_aiohttp")
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
@@ -48,6 +65,8 @@ STACKS: tuple[tuple[str, Callable[[int], httpx.AsyncClient], str], ...] = (
     ("httpx (worker.http.connection_pool), uvloop", _worker_client, "uvloop"),
     ("httpx-aiohttp transport, asyncio", _aiohttp_client, "asyncio"),
     ("httpx-aiohttp transport, uvloop", _aiohttp_client, "uvloop"),
+    ("httpx AsyncClient (its own pool), asyncio", _plain_client("httpx"), "asyncio"),
+    ("httpx2 AsyncClient (its own pool), asyncio", _plain_client("httpx2"), "asyncio"),
 )
 
 
@@ -80,11 +99,16 @@ def _runner(loop: str) -> Callable[[Any], Any]:
     return asyncio.run
 
 
-def measure(faux_url: str, n: int, warmup: int, concurrency: int) -> dict[str, Any]:
-    """Per stack: CPU ms a request and requests a second (or why it was not measured)."""
+def measure(
+    faux_url: str, n: int, warmup: int, concurrency: int, stacks: str = ""
+) -> dict[str, Any]:
+    """Per stack (those whose name holds ``stacks``): CPU ms a request and requests a second
+    (or why it was not measured)."""
     requests = prepared_requests(faux_url, decide_jobs("http", n + warmup))
     out: dict[str, Any] = {}
     for name, make, loop in STACKS:
+        if stacks not in name:
+            continue
         try:
             cpu_s, wall_s = _runner(loop)(_run(make, requests, warmup, concurrency))
         except ImportError as missing:
@@ -99,11 +123,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", type=int, default=3000, help="requests per stack")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2, help="each stack this many times")
+    parser.add_argument("--stacks", default="", help="only the stacks whose name holds this")
     args = parser.parse_args(argv)
+    forked = [sys.executable, "-m", "bench.http_stacks_fork", "-n", str(args.n),
+              "--concurrency", str(args.concurrency), "--stacks", "worker.http"]
     with tempfile.TemporaryDirectory() as tmp, faux_process(Path(tmp) / "faux.log") as url:
         for _ in range(args.rounds):
-            for name, figures in measure(url, args.n, args.n // 10, args.concurrency).items():
+            found = measure(url, args.n, args.n // 10, args.concurrency, args.stacks)
+            for name, figures in found.items():
                 print(f"{name:40} {figures}", flush=True)
+            if not args.stacks:  # the worker's own client on the fork, in a process of its own
+                subprocess.run([*forked, "--faux", url], check=False)
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
@@ -37,9 +38,19 @@ def _send(celery: Celery, n: int) -> None:
 
 
 def run_noop(
-    celery: Celery, r: redis.Redis, n: int, *, warmup: int, timeout_s: float = 300
+    celery: Celery,
+    r: redis.Redis,
+    n: int,
+    *,
+    warmup: int,
+    timeout_s: float = 300,
+    measured: Callable[[], object] | None = None,
 ) -> NoopRun:
+    """``n`` tasks after ``warmup`` of them; ``measured`` is called when the measured run
+    starts (the worker's CPU is read from there)."""
     for count in (warmup, n):
+        if count == n and measured is not None:
+            measured()
         started = time.perf_counter()
         _send(celery, count)
         until = time.monotonic() + timeout_s

@@ -53,6 +53,9 @@ class Results:
     config: BenchConfig
     rows: list[Row] = field(default_factory=list)
     noop_rate: float | None = None
+    #: The no-op worker's CPU a message (ms): what Celery's delivery and acknowledgement of
+    #: one message cost, the floor of a single-job decision's CPU in any Celery worker.
+    noop_cpu_ms: float | None = None
     producer_rate: float | None = None
     producer_messages: int | None = None
     rss_runs: list[dict[str, Any]] = field(default_factory=list)
@@ -91,8 +94,10 @@ class Results:
             )
         )
 
-    def noop(self, run: NoopRun) -> None:
+    def noop(self, run: NoopRun, cpu_s: float | None = None) -> None:
         self.noop_rate = run.rate
+        if cpu_s is not None:
+            self.noop_cpu_ms = 1000 * cpu_s / run.tasks
 
     def pipeline(
         self,
@@ -216,6 +221,7 @@ class Results:
             "in_flight_per_process": self.config.in_flight,
             "rows": [asdict(r) for r in self.rows],
             "celery_noop_rate": self.noop_rate,
+            "celery_noop_cpu_ms": self.noop_cpu_ms,
             "producer_rate": self.producer_rate,
             "producer_messages": self.producer_messages,
             "rss_runs": self.rss_runs,
@@ -261,7 +267,7 @@ def print_report(results: Results) -> None:
         table.add_column(column, justify="left" if column in ("scenario", "ledger") else "right")
     if results.noop_rate:
         table.add_row("celery-noop", "-", "-", _f(results.noop_rate, "{:,.0f}"), "", "1.00",
-                      "", "", "", "")
+                      "", "", _f(results.noop_cpu_ms, "{:.2f}"), "")
     for row in results.rows:
         direct = results.direct_rate(row.latency_ms)
         if row.scenario.startswith("open loop"):
