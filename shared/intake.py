@@ -26,6 +26,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from json.encoder import encode_basestring as _json_string
+from json.encoder import encode_basestring_ascii as _json_ascii_string
 from typing import Any
 
 import redis
@@ -97,8 +99,13 @@ def records_intake(broker_url: str) -> bool:
 
 
 def intake_member(reply_to: str | None, job_id: str) -> str:
-    """The record's key inside the intake hash and sorted set: (stream, id) as a JSON pair."""
-    return json.dumps([reply_to, job_id], ensure_ascii=False, separators=(",", ":"))
+    """The record's key inside the intake hash and sorted set: (stream, id) as a JSON pair.
+
+    Exactly ``json.dumps([reply_to, job_id], ensure_ascii=False, separators=(",", ":"))``,
+    written out with the encoder's own string function: a producer takes one per job, and
+    the list encoder's set-up was a third of it."""
+    stream = "null" if reply_to is None else _json_string(reply_to)
+    return f"[{stream},{_json_string(job_id)}]"
 
 
 def member_job_id(member: str) -> str:
@@ -125,7 +132,8 @@ class IntakeRecord:
     @staticmethod
     def prefix(message_id: str) -> str:
         """How the stored form of every record naming ``message_id`` begins."""
-        return f'{{"message":{json.dumps(message_id)},'
+        # json.dumps(message_id) by the encoder's string function (once a job, on a producer)
+        return f'{{"message":{_json_ascii_string(message_id)},'
 
     @classmethod
     def parse(cls, member: str, text: str) -> IntakeRecord:
