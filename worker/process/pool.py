@@ -56,7 +56,9 @@ EXISTS`` round trip a batch: 22.8 Redis calls a job, all clients, became 20.5). 
 uvloop (no gain measured, ``python -m bench.http_stacks``: 1.27 ms CPU a request against
 asyncio's 1.24, medians of five) and httpx-aiohttp's transport (1.00 ms: 0.24 ms a
 request, 2% of a single-job decision, and it drops the ``worker.http.connection_pool`` network layer
-the "possibly sent" phase detection stands on). What is left (py-spy): ledger 29%
+the "possibly sent" phase detection stands on), nor httpx2, Pydantic's maintained fork
+(this client on it: 0.31 to 0.33 ms a request against 0.34 to 0.36 on httpx, a quiet
+machine, about 2% of a chunked decision). What is left (py-spy): ledger 29%
 (SQLAlchemy and psycopg: two transactions a job), HTTP client 16%, Celery and kombu 13%
 (delivery, unacked index, acknowledgement: a new redis client object each, in kombu),
 reply streams 11%, runner and providers 11%, pydantic and JSON 8%, thread hand-offs 7%.
