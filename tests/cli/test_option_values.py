@@ -45,6 +45,9 @@ CASES = [
     # A time past ten years (the settings' bound) was "a bug": a socket's timeout or a
     # deadline past year 9999.
     Case("status-timeout-1e10", ("status", "--timeout", "1e10"), "--timeout"),
+    # Under ten years but past what a socket wait takes (poll's 2**31 ms): the status table
+    # said "broker unreachable: OverflowError: timeout is too large" (exit 1).
+    Case("status-timeout-3e6", ("status", "--timeout", "3000000"), "--timeout"),
     Case("submit-wait-timeout-1e12", (*SUBMIT, "--wait", "--timeout", "1e12"), "--timeout"),
     # Ignored without the option they go with: a --timeout that bounded no wait, a --json
     # that printed the usual lines.

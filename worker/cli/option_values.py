@@ -26,6 +26,7 @@ from shared.limits import MAX_ID_CHARS
 from shared.setting_types import MAX_SECONDS
 
 __all__ = [
+    "MAX_WAIT_SECONDS",
     "count",
     "identifier",
     "in_utc_range",
@@ -38,6 +39,7 @@ __all__ = [
     "reviewer",
     "seconds",
     "time_ago",
+    "wait_seconds",
 ]
 
 
@@ -46,6 +48,22 @@ def seconds(value: float | None) -> float | None:
     if value is not None and not (math.isfinite(value) and 0 <= value <= MAX_SECONDS):
         raise typer.BadParameter(
             f"{value}: a number of seconds, 0 to {MAX_SECONDS:,} (ten years)"
+        )
+    return value
+
+
+#: The longest a socket wait can be: ``poll`` takes its timeout in milliseconds as a C int
+#: (kombu's wait for workers' replies raised "OverflowError: timeout is too large").
+MAX_WAIT_SECONDS = (2**31 - 1) // 1000
+
+
+def wait_seconds(value: float | None) -> float | None:
+    """A time to wait on a socket: 0 to ``MAX_WAIT_SECONDS`` (about 24 days)."""
+    seconds(value)
+    if value is not None and value > MAX_WAIT_SECONDS:
+        raise typer.BadParameter(
+            f"{value}: a number of seconds, 0 to {MAX_WAIT_SECONDS:,} (about 24 days: the "
+            "longest a wait on the broker can be)"
         )
     return value
 

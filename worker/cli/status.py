@@ -25,7 +25,7 @@ from rich.table import Table
 from shared.intake import IntakeBook, IntakeCounts
 from shared.settings import get_settings
 from worker.cli.errors import UNEXPECTED, explain
-from worker.cli.option_values import seconds
+from worker.cli.option_values import wait_seconds
 from worker.cli.terminal import console
 from worker.ledger import Ledger
 from worker.observability.metrics.fleet import (
@@ -95,7 +95,10 @@ def register(app: typer.Typer) -> None:
     @app.command("status")
     def status(
         timeout: float = typer.Option(
-            1.0, "--timeout", callback=seconds, help="how long to wait for workers to answer (s)"
+            1.0,
+            "--timeout",
+            callback=wait_seconds,
+            help="how long to wait for workers to answer (s)",
         ),
         as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
     ) -> None:
