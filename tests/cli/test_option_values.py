@@ -53,6 +53,11 @@ CASES = [
     # that printed the usual lines.
     Case("submit-timeout-without-wait", (*SUBMIT, "--timeout", "5"), "--timeout"),
     Case("submit-json-without-dry-run", (*SUBMIT, "--json"), "--json"),
+    # The faux's mode options: a status code or a Retry-After its mode never sends.
+    Case("faux-status-code-without-status", (*FAUX, "--status-code", "503"), "--status-code"),
+    Case("faux-retry-after-with-ok", (*FAUX, "--retry-after", "5"), "--retry-after"),
+    Case("faux-status-code-with-rate-limit",
+         (*FAUX, "--mode", "rate_limit", "--status-code", "500"), "--status-code"),
     # Used the default chunk size (0), or one job a message (-5).
     Case("submit-chunk-size-0", (*SUBMIT, "--chunk-size", "0"), "--chunk-size"),
     Case("submit-chunk-size-negative", (*SUBMIT, "--chunk-size", "-5"), "--chunk-size"),

@@ -123,7 +123,7 @@ def register(app: typer.Typer) -> None:
         ),
         status_code: int | None = typer.Option(None, "--status-code", help="with --mode status"),
         retry_after: float | None = typer.Option(
-            None, "--retry-after", callback=seconds, help="with --mode rate_limit"
+            None, "--retry-after", callback=seconds, help="with --mode rate_limit or status"
         ),
         fail_first: int | None = typer.Option(
             None, "--fail-first", callback=count, help="misbehave for N requests only"
@@ -143,6 +143,13 @@ def register(app: typer.Typer) -> None:
         from worker.testing.faux import FauxBehaviour, run_forever
         from worker.testing.faux.replay import ReplayStore
 
+        # Each is read by one mode only: elsewhere it changed nothing, silently.
+        if status_code is not None and mode != "status":
+            raise typer.BadParameter("only with --mode status", param_hint="'--status-code'")
+        if retry_after is not None and mode not in ("rate_limit", "status"):
+            raise typer.BadParameter(
+                "only with --mode rate_limit or status", param_hint="'--retry-after'"
+            )
         try:
             behaviour = FauxBehaviour(
                 latency_ms=latency_ms,
