@@ -60,16 +60,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import re
 import time
 from datetime import UTC, datetime
 
 import httpx
 
 from shared.errors import DecisionProviderError, ProviderErrorCode
-from shared.scrub import remove_secrets
 from worker.http.body import read_body, read_prefix
 from worker.http.connection_pool import drop_read_stream
+from worker.providers.call_errors import provider_error
 from worker.providers.failures import AGAIN, Phase, failure_of
 from worker.providers.limiter import Limiter, NoLimiter
 from worker.providers.observers import observe, replay_miss
@@ -95,8 +94,6 @@ _REDIRECT_NOT_PROCESSED = frozenset({301, 302, 307, 308})
 ERROR_BODY_BYTES = 64 * 1024
 #: How much longer than httpx's per-phase timeout the whole attempt may take.
 _OUTER_GRACE_S = 0.05
-_SAFE_REF = re.compile(r"^[A-Za-z0-9._:/\-]{1,128}$")
-_SAFE_KIND = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$")
 
 
 def was_cancelled(exc: BaseException) -> bool:
@@ -143,13 +140,6 @@ class _Call:
 
     # --- errors ---------------------------------------------------------------------------
 
-    def _scrub(self, text: str | None) -> str | None:
-        if text is None:
-            return None
-        if self.key and remove_secrets(text, [self.key]) != text:
-            return None  # the key in any form (case-folded, base64, ...): drop the whole field
-        return text
-
     def error(
         self,
         code: ProviderErrorCode,
@@ -160,31 +150,22 @@ class _Call:
         retry_after_s: float | None = None,
         with_cost: bool = False,
     ) -> DecisionProviderError:
-        ref_id = kind = None
-        if details is not None:
-            ref_id = self._scrub(details.ref_id)
-            kind = self._scrub(details.kind)
-            ref_id = ref_id if ref_id and _SAFE_REF.match(ref_id) else None
-            kind = kind if kind and _SAFE_KIND.match(kind) else None
-        if kind:
-            message = f"{message} ({kind})"
-        if ref_id:
-            message = f"{message}; ref_id {ref_id}"
-        exc = DecisionProviderError(
+        exc = provider_error(
             code,
             message,
             provider=self.provider,
-            status_code=status_code,
-            ref_id=ref_id,
-            cost_usd=self.unknown_cost.usd if with_cost else None,
-            cost_basis=self.unknown_cost.basis if with_cost else None,
-            retry_after_s=retry_after_s,
             attempts=self.attempts,
+            key=self.key,
+            unknown_cost=self.unknown_cost,
+            status_code=status_code,
+            details=details,
+            retry_after_s=retry_after_s,
+            with_cost=with_cost,
         )
         log = logger.warning if code == "outcome_unknown" else logger.info
         log(
             "provider %s: %s after %d attempt(s): %s",
-            self.provider, code, self.attempts, message,
+            self.provider, code, self.attempts, exc.detail,
         )
         return exc
 
