@@ -58,7 +58,8 @@ async def login_submit(request: Request) -> Response:
     address = request.client.host if request.client else "unknown"
     # Counted against the account and the address before the check, in one step with the
     # check that neither must wait: concurrent guesses cannot all slip in before a failure.
-    wait = await state.throttle.begin(name, address)
+    attempt = await state.throttle.begin(name, address)
+    wait = attempt.wait_s
     if wait > 0:
         log.info("login.throttled", login=_shown(name), address=address, wait_s=math.ceil(wait))
         return _refused(
@@ -71,15 +72,15 @@ async def login_submit(request: Request) -> Response:
     try:
         login = await state.password_checks.run(state.users.authenticate, name, password)
     except Busy:
-        await state.throttle.abandoned(name, address)
+        await state.throttle.abandoned(attempt)
         return _refused(
             request, 503, target, "Too many logins at once: try again in a moment.", retry_after=2
         )
     if login is None:
-        wait = await state.throttle.failed(name, address)
+        wait = await state.throttle.failed(attempt)
         log.warning("login.failed", login=_shown(name), address=address, wait_s=wait)
         return _refused(request, 401, target, "Wrong name or password.")
-    await state.throttle.succeeded(name, address)
+    await state.throttle.succeeded(attempt)
     log.info("login.succeeded", login=login.name, role=login.role, address=address)
     request.session.clear()
     renew_session(request)

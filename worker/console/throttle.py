@@ -9,7 +9,10 @@ failure was counted. A right password takes its count back (``succeeded``), and 
 attempt that was never checked (``abandoned``: too many checks at once). After
 ``free_failures`` failures the subject must wait 2 s before its next attempt, then 4, 8, ...
 up to ``max_wait_s``; past ``free_failures`` a subject has one attempt in flight at a time
-(the others are told to retry in a second). An attempt made while waiting is refused before
+(the others are told to retry in a second): its hold carries a token of its own, so an
+attempt that ends takes back its own hold only, never one a later attempt set after it
+(an abandoned attempt used to free the hold of another one in flight, letting a third
+check run beside it). An attempt made while waiting is refused before
 any hashing and does not count, so a person who waits always gets a try. A success clears
 the account's count, not the address's.
 
@@ -22,7 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import secrets
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final, TypeVar
 
 import redis.asyncio as aioredis
@@ -30,7 +35,7 @@ from starlette.concurrency import run_in_threadpool
 
 from shared import keys
 
-__all__ = ["HOLD_RETRY_S", "Busy", "LoginThrottle", "PasswordChecks"]
+__all__ = ["HOLD_RETRY_S", "Attempt", "Busy", "LoginThrottle", "PasswordChecks"]
 
 T = TypeVar("T")
 
@@ -39,18 +44,19 @@ HOLD_RETRY_S: Final = 1
 #: A hold outlives the longest check (a wait for a slot, then the hash) several times over;
 #: it ends sooner when that check's outcome is known, and lapses if the process died.
 _HOLD_MS: Final = 30_000
-#: The lock's value while a subject past its free failures has an attempt in flight.
-_HOLD: Final = "hold"
+#: How the lock's value begins while a subject past its free failures has an attempt in
+#: flight; the attempt's own token follows, so that it takes back its own hold only.
+_HOLD: Final = "hold:"
 
 #: KEYS: account failures, account lock, address failures, address lock.
-#: ARGV: free failures, how long failures are kept (s), hold (ms), hold retry (ms), the
-#: hold's value.
+#: ARGV: free failures, how long failures are kept (s), hold (ms), hold retry (ms), this
+#: attempt's hold (``_HOLD`` and its token), ``_HOLD``.
 #: Answers the wait in ms (nothing counted), or 0: counted, check the password.
 _BEGIN: Final = """
 local wait = 0
 for i = 2, 4, 2 do
   local lock = redis.call('GET', KEYS[i])
-  if lock == ARGV[5] then
+  if lock and string.sub(lock, 1, #ARGV[6]) == ARGV[6] then
     wait = math.max(wait, tonumber(ARGV[4]))
   elseif lock then
     wait = math.max(wait, redis.call('PTTL', KEYS[i]))
@@ -78,7 +84,8 @@ redis.call('SET', KEYS[2], '1', 'EX', wait)
 return wait
 """
 
-#: Take an attempt's count back, and its hold. KEYS: failures, lock. ARGV: the hold's value.
+#: Take an attempt's count back, and its hold if it is still the lock (another attempt's
+#: hold, or a failure's wait, stays). KEYS: failures, lock. ARGV: this attempt's hold.
 _UNCOUNT: Final = """
 if redis.call('DECR', KEYS[1]) <= 0 then redis.call('DEL', KEYS[1]) end
 if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
@@ -102,6 +109,18 @@ def _keys(subject: str) -> list[str]:
     return [keys.console_login_failures(subject), keys.console_login_lock(subject)]
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """One login attempt ``LoginThrottle.begin`` saw: ``wait_s`` > 0, refused before any
+    check (nothing counted); 0, counted, and its password may be checked now."""
+
+    name: str
+    address: str
+    wait_s: float
+    #: This attempt's hold, if it takes one (the lock's value while it is in flight).
+    hold: str
+
+
 class LoginThrottle:
     def __init__(self, client: aioredis.Redis, *, free_failures: int, max_wait_s: int) -> None:
         self.client = client
@@ -113,36 +132,37 @@ class LoginThrottle:
         self._failed = client.register_script(_FAILED)
         self._uncount = client.register_script(_UNCOUNT)
 
-    async def begin(self, name: str, address: str) -> float:
-        """How long the account or the address must still wait (s; nothing is counted), or
-        0: the attempt is counted against both, and its password may be checked now."""
+    async def begin(self, name: str, address: str) -> Attempt:
+        """Count the attempt against the account and the address, unless either must still
+        wait (then nothing is counted and ``wait_s`` says how long)."""
         account, place = _subjects(name, address)
+        hold = _HOLD + secrets.token_hex(8)
         waited = await self._begin(
             keys=[*_keys(account), *_keys(place)],
-            args=[self.free_failures, self.keep_s, _HOLD_MS, HOLD_RETRY_S * 1000, _HOLD],
+            args=[self.free_failures, self.keep_s, _HOLD_MS, HOLD_RETRY_S * 1000, hold, _HOLD],
         )
-        return int(waited) / 1000
+        return Attempt(name, address, int(waited) / 1000, hold)
 
-    async def failed(self, name: str, address: str) -> float:
+    async def failed(self, attempt: Attempt) -> float:
         """The attempt ``begin`` counted failed; the longer wait it imposes (0: none yet)."""
         waits = []
-        for subject in _subjects(name, address):
+        for subject in _subjects(attempt.name, attempt.address):
             wait = await self._failed(
                 keys=_keys(subject), args=[self.free_failures, self.max_wait_s]
             )
             waits.append(float(wait))
         return max(waits)
 
-    async def succeeded(self, name: str, address: str) -> None:
+    async def succeeded(self, attempt: Attempt) -> None:
         """The attempt succeeded: the account starts afresh, the address only takes it back."""
-        account, place = _subjects(name, address)
+        account, place = _subjects(attempt.name, attempt.address)
         await self.client.delete(*_keys(account))
-        await self._uncount(keys=_keys(place), args=[_HOLD])
+        await self._uncount(keys=_keys(place), args=[attempt.hold])
 
-    async def abandoned(self, name: str, address: str) -> None:
+    async def abandoned(self, attempt: Attempt) -> None:
         """The attempt's password was never checked: it counts against neither."""
-        for subject in _subjects(name, address):
-            await self._uncount(keys=_keys(subject), args=[_HOLD])
+        for subject in _subjects(attempt.name, attempt.address):
+            await self._uncount(keys=_keys(subject), args=[attempt.hold])
 
 
 class PasswordChecks:
