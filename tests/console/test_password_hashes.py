@@ -219,3 +219,23 @@ def test_the_refusal_shows_a_name_that_looks_like_terminal_markup_as_it_is(
     assert "refusing to start" in out.output and "Traceback" not in out.output
     assert "the login '[/]dana' has a password_hash that is empty" in out.output
     assert "decisions console add-user '[/]dana' --role reviewer" in out.output
+
+
+def test_a_hash_made_with_other_parameters_is_named_once_at_load(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Such a hash works, but a wrong password for it costs another time than an unknown
+    name's (the dummy's parameters are the console's): that difference tells the name
+    exists. The operator is told which login, and how to make a hash of the console's own."""
+    cheaper = PasswordHasher(time_cost=1, memory_cost=8192, parallelism=1).hash("eve-pass-1")
+    caplog.set_level(logging.WARNING, logger="worker.console.auth")
+    users = Users({"ann": _login(GOOD), "eve": _login(cheaper)})
+    Users({"ann": _login(GOOD), "eve": _login(cheaper)})  # read again: said once a process
+    warned = [r.getMessage() for r in caplog.records if "eve" in r.getMessage()]
+    assert len(warned) == 1, warned
+    assert "other Argon2 parameters" in warned[0]
+    assert "`decisions console hash-password`" in warned[0]
+    assert cheaper not in warned[0]
+    assert not [r for r in caplog.records if "'ann'" in r.getMessage()]
+    login = users.authenticate("eve", "eve-pass-1")  # it still logs in
+    assert login is not None and login.name == "eve"

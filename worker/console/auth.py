@@ -49,6 +49,8 @@ _log = logging.getLogger(__name__)
 #: checked once a process: not again at each re-read of the logins file, nor by the second
 #: ``Users`` that ``decisions console`` builds (in ``create_app``).
 _USABLE: set[str] = set()
+#: Hashes ``_note_parameters`` has warned of (once a process, as ``_USABLE``).
+_NOTED: set[str] = set()
 
 
 def hash_password(password: str) -> str:
@@ -187,9 +189,34 @@ def _checked(
             why = f"the login {name!r} has a password_hash that {problem}"
             fix = rehash(name, user.role)
         else:
+            _note_parameters(name, user.password_hash, where, rehash(name, user.role))
             continue
         raise ConfigurationError(f"{where}: {why}: {fix}")
     return dict(users)
+
+
+def _note_parameters(name: str, password_hash: str, where: str, fix: str) -> None:
+    """Say once a process when a usable hash was made with other Argon2 parameters than the
+    console's (``hash_password``'s): a wrong password for it costs another time than an
+    unknown name, checked against the console's dummy, and that difference tells an attacker
+    the name exists. It still logs in (refusing it would lock out hashes an older
+    argon2-cffi made with its defaults of the day); the operator is told the fix."""
+    if password_hash in _NOTED:
+        return
+    try:
+        other = _HASHER.check_needs_rehash(password_hash)
+    except (InvalidHashError, ValueError):  # unusable: _hash_problem's to say
+        return
+    if not other:
+        return
+    _NOTED.add(password_hash)
+    ours = _HASHER
+    _log.warning(
+        "%s: the login %r has a password_hash made with other Argon2 parameters than the "
+        "console's (t=%d, m=%d KiB, p=%d): a wrong password for it takes another time than "
+        "an unknown name, which tells that the name exists: %s",
+        where, name, ours.time_cost, ours.memory_cost, ours.parallelism, fix,
+    )
 
 
 def _hash_problem(password_hash: str) -> str | None:
