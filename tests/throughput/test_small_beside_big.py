@@ -1,0 +1,146 @@
+"""Issue 18: a job with many requests must not hold back small ones.
+
+Four sifts of 3,000 items (30 requests each, sent one after another, every answer 150 ms
+away at the faux) are running in a default ``decisions worker`` when fifty single-job
+messages arrive. A job waits for a request slot of its provider, not for a pool slot that a
+big job holds for its whole run, so every small job is answered before any sift is. (A
+worker on two pool processes, one message each, as ``decisions worker`` ran before the loop
+pool, answered all fifty after the four sifts: this test fails there.)
+
+And a slow provider must not starve jobs for another: its requests fill its own slots
+(``DECISIONS_MAX_IN_FLIGHT`` is per provider), so jobs for a fast one go on beside them, as
+long as the slow provider's jobs waiting for a slot leave room in the worker's reserve
+(``2 x DECISIONS_MAX_IN_FLIGHT`` jobs). A longer backlog of them ahead in the queue fills
+the reserve, and what comes after it waits its turn (measured: twelve jobs for four slots
+held fifty jobs for another provider until the second round of the slow ones ended); README
+"Fleet sizing" says how to give such a provider a broker of its own.
+
+Real parts: a Redis broker and stream, a PostgreSQL ledger, a ``decisions worker`` and
+``decisions faux serve`` processes."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from shared.client import Client
+from shared.settings import Settings
+from tests.judgments.support import PARALLEL_TEST_KEY, sift_job
+from tests.support.fleet import decide_job
+from tests.support.processes import decisions_env, faux_server, worker_process
+from tests.support.services import postgres_schema, redis_database, redis_url
+
+pytestmark = pytest.mark.integration
+
+REDIS_DB = 7
+REPLIES = "small-beside-big"
+SIFTS = 4
+ITEMS = 3000  # 30 requests of 100 items at the parallel flavour
+SMALL = 50
+
+
+def _first_requests_sent(faux_url: str, job_ids: list[str], timeout_s: float = 60) -> None:
+    until = time.monotonic() + timeout_s
+    while time.monotonic() < until:
+        calls = dict(httpx.get(f"{faux_url}/_faux/calls", timeout=5).json())
+        if all(f"{job_id}/sift.0" in calls for job_id in job_ids):
+            return
+        time.sleep(0.05)
+    raise TimeoutError("the sifts never sent their first requests")
+
+
+def _client(ledger_url: str, faux_url: str) -> Client:
+    return Client(
+        Settings(
+            _env_file=None,
+            broker_url=redis_url(REDIS_DB),
+            redis_url=redis_url(REDIS_DB),
+            ledger_url=ledger_url,
+            faux_url=faux_url,
+        )
+    )
+
+
+def _answered_first(order: list[str], first: list[str], then: list[str]) -> list[str]:
+    """The jobs of ``first`` answered after one of ``then`` (none: all of them before)."""
+    assert sorted(order) == sorted([*first, *then])
+    earliest = min(order.index(job_id) for job_id in then)
+    return [job_id for job_id in first if order.index(job_id) > earliest]
+
+
+def test_small_jobs_are_answered_while_big_sifts_run(tmp_path: Path) -> None:
+    with (
+        redis_database(REDIS_DB),
+        postgres_schema("smallbig") as ledger_url,
+        faux_server("--latency-ms", "150", log=tmp_path / "faux.log") as faux_url,
+    ):
+        env = decisions_env(
+            broker_url=redis_url(REDIS_DB),
+            redis_url=redis_url(REDIS_DB),
+            ledger_url=ledger_url,
+            faux_url=faux_url,
+            parallel_base_url=faux_url,
+        )
+        env["PARALLEL_API_KEY"] = PARALLEL_TEST_KEY
+        with worker_process(env, "--migrate", log=tmp_path / "worker.log"):
+            client = _client(ledger_url, faux_url)
+            items = [f"message {k}" for k in range(ITEMS)]
+            big = [f"big-{i}" for i in range(SIFTS)]
+            client.submit_batch(
+                [sift_job(job_id, items, provider="parallel") for job_id in big],
+                reply_to=REPLIES,
+                chunk_size=1,  # a message each, as a producer sends events
+            )
+            _first_requests_sent(faux_url, big)
+            small = [f"small-{i}" for i in range(SMALL)]
+            for job_id in small:
+                client.submit(decide_job(job_id), reply_to=REPLIES)
+            order = [
+                reply.job_id
+                for reply in client.replies(REPLIES, job_ids=[*big, *small], timeout_s=180)
+            ]
+
+    waited = _answered_first(order, small, big)
+    assert not waited, f"{len(waited)} small job(s) answered only after a sift: {order}"
+
+
+def test_a_slow_provider_fills_its_own_slots_only(tmp_path: Path) -> None:
+    slots = 4
+    with (
+        redis_database(REDIS_DB),
+        postgres_schema("slowfast") as ledger_url,
+        faux_server("--latency-ms", "3000", log=tmp_path / "slow.log") as slow_url,
+        faux_server(log=tmp_path / "fast.log") as fast_url,
+    ):
+        env = decisions_env(
+            broker_url=redis_url(REDIS_DB),
+            redis_url=redis_url(REDIS_DB),
+            ledger_url=ledger_url,
+            faux_url=fast_url,
+            parallel_base_url=slow_url,  # the slow provider: parallel, 3 s an answer
+            max_in_flight=str(slots),
+        )
+        env["PARALLEL_API_KEY"] = PARALLEL_TEST_KEY
+        with worker_process(env, "--migrate", log=tmp_path / "worker.log"):
+            client = _client(ledger_url, fast_url)
+            # A round of its slots and half a round waiting: within the reserve (2 x slots).
+            slow = [f"slow-{i}" for i in range(slots + slots // 2)]
+            client.submit_batch(
+                [sift_job(job_id, ["one message"], provider="parallel") for job_id in slow],
+                reply_to=REPLIES,
+                chunk_size=1,
+            )
+            _first_requests_sent(slow_url, slow[:slots])
+            fast = [f"fast-{i}" for i in range(SMALL)]
+            for job_id in fast:
+                client.submit(decide_job(job_id), reply_to=REPLIES)
+            order = [
+                reply.job_id
+                for reply in client.replies(REPLIES, job_ids=[*slow, *fast], timeout_s=180)
+            ]
+
+    waited = _answered_first(order, fast, slow)
+    assert not waited, f"{len(waited)} job(s) of the fast provider waited: {order}"
