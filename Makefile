@@ -12,16 +12,21 @@ $(BIN)/python:
 # The package and the extras each target uses: `make demo` the package alone (`decisions run`
 # needs no extra), the fleet the console, metrics and images, the tests every extra ([dev]
 # includes [all]).
+# setuptools prints a ten-line notice at every editable install ("Please be careful with
+# folders in your working directory with the same name as your package"): worker/ and shared/
+# are those folders, by design, and there is nothing to act on, so the notice is filtered
+# (by its text; every other warning of the build still shows).
+EDITABLE := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet -e
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+	$(EDITABLE) .
 	touch $@
 
 $(VENV)/.installed-fleet: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[console,metrics,images]'
+	$(EDITABLE) '.[console,metrics,images]'
 	touch $@ $(VENV)/.installed
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(EDITABLE) '.[dev]'
 	touch $@ $(VENV)/.installed $(VENV)/.installed-fleet
 
 demo: $(VENV)/.installed
