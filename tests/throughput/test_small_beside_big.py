@@ -1,6 +1,6 @@
 """Issue 18: a job with many requests must not hold back small ones.
 
-Four sifts of 3,000 items (30 requests each, sent one after another, every answer 150 ms
+Four sifts of 3,000 items (30 requests each, sent one after another, every answer 200 ms
 away at the faux) are running in a default ``decisions worker`` when fifty single-job
 messages arrive. A job waits for a request slot of its provider, not for a pool slot that a
 big job holds for its whole run, so every small job is answered before any sift is. (A
@@ -75,7 +75,7 @@ def test_small_jobs_are_answered_while_big_sifts_run(tmp_path: Path) -> None:
     with (
         redis_database(REDIS_DB),
         postgres_schema("smallbig") as ledger_url,
-        faux_server("--latency-ms", "150", log=tmp_path / "faux.log") as faux_url,
+        faux_server("--latency-ms", "200", log=tmp_path / "faux.log") as faux_url,
     ):
         env = decisions_env(
             broker_url=redis_url(REDIS_DB),
@@ -112,7 +112,7 @@ def test_a_slow_provider_fills_its_own_slots_only(tmp_path: Path) -> None:
     with (
         redis_database(REDIS_DB),
         postgres_schema("slowfast") as ledger_url,
-        faux_server("--latency-ms", "3000", log=tmp_path / "slow.log") as slow_url,
+        faux_server("--latency-ms", "5000", log=tmp_path / "slow.log") as slow_url,
         faux_server(log=tmp_path / "fast.log") as fast_url,
     ):
         env = decisions_env(
@@ -120,7 +120,7 @@ def test_a_slow_provider_fills_its_own_slots_only(tmp_path: Path) -> None:
             redis_url=redis_url(REDIS_DB),
             ledger_url=ledger_url,
             faux_url=fast_url,
-            parallel_base_url=slow_url,  # the slow provider: parallel, 3 s an answer
+            parallel_base_url=slow_url,  # the slow provider: parallel, 5 s an answer
             max_in_flight=str(slots),
         )
         env["PARALLEL_API_KEY"] = PARALLEL_TEST_KEY
