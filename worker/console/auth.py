@@ -210,12 +210,11 @@ def _note_parameters(name: str, password_hash: str, where: str, fix: str) -> Non
     if not other:
         return
     _NOTED.add(password_hash)
-    ours = _HASHER
     _log.warning(
         "%s: the login %r has a password_hash made with other Argon2 parameters than the "
         "console's (t=%d, m=%d KiB, p=%d): a wrong password for it takes another time than "
         "an unknown name, which tells that the name exists: %s",
-        where, name, ours.time_cost, ours.memory_cost, ours.parallelism, fix,
+        where, name, _HASHER.time_cost, _HASHER.memory_cost, _HASHER.parallelism, fix,
     )
 
 
