@@ -48,8 +48,8 @@ def run_noop(
 ) -> NoopRun:
     """``n`` tasks after ``warmup`` of them; ``measured`` is called when the measured run
     starts (the worker's CPU is read from there)."""
-    for count in (warmup, n):
-        if count == n and measured is not None:
+    for run, count in enumerate((warmup, n)):
+        if run == 1 and measured is not None:
             measured()
         started = time.perf_counter()
         _send(celery, count)

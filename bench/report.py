@@ -53,8 +53,8 @@ class Results:
     config: BenchConfig
     rows: list[Row] = field(default_factory=list)
     noop_rate: float | None = None
-    #: The no-op worker's CPU a message (ms): what Celery's delivery and acknowledgement of
-    #: one message cost, the floor of a single-job decision's CPU in any Celery worker.
+    #: The no-op worker's CPU a message (ms): what Celery's delivery, tracer and
+    #: acknowledgement of one message cost on the thread pool (the loop pool skips the tracer).
     noop_cpu_ms: float | None = None
     producer_rate: float | None = None
     producer_messages: int | None = None
