@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -64,6 +65,34 @@ def _client(ledger_url: str, faux_url: str) -> Client:
     )
 
 
+def _worker_env(ledger_url: str, faux_url: str, parallel_url: str, **more: str) -> dict[str, str]:
+    """A worker's environment: ``faux`` answered at ``faux_url``, parallel at ``parallel_url``."""
+    env = decisions_env(
+        broker_url=redis_url(REDIS_DB),
+        redis_url=redis_url(REDIS_DB),
+        ledger_url=ledger_url,
+        faux_url=faux_url,
+        parallel_base_url=parallel_url,
+        **more,
+    )
+    env["PARALLEL_API_KEY"] = PARALLEL_TEST_KEY
+    return env
+
+
+def _reply_order(
+    client: Client, first: list[dict[str, Any]], parallel_url: str, started: int, then: list[str]
+) -> list[str]:
+    """Jobs in the order their replies came: the parallel jobs ``first``, one a message, then,
+    once ``started`` of them have sent their first requests, decide jobs ``then``, each its
+    own ``Client.submit`` (as a producer sends events)."""
+    client.submit_batch(first, reply_to=REPLIES, chunk_size=1)
+    _first_requests_sent(parallel_url, [job["id"] for job in first[:started]])
+    for job_id in then:
+        client.submit(decide_job(job_id), reply_to=REPLIES)
+    ids = [*(job["id"] for job in first), *then]
+    return [reply.job_id for reply in client.replies(REPLIES, job_ids=ids, timeout_s=180)]
+
+
 def _answered_first(order: list[str], first: list[str], then: list[str]) -> list[str]:
     """The jobs of ``first`` answered after one of ``then`` (none: all of them before)."""
     assert sorted(order) == sorted([*first, *then])
@@ -77,31 +106,18 @@ def test_small_jobs_are_answered_while_big_sifts_run(tmp_path: Path) -> None:
         postgres_schema("smallbig") as ledger_url,
         faux_server("--latency-ms", "200", log=tmp_path / "faux.log") as faux_url,
     ):
-        env = decisions_env(
-            broker_url=redis_url(REDIS_DB),
-            redis_url=redis_url(REDIS_DB),
-            ledger_url=ledger_url,
-            faux_url=faux_url,
-            parallel_base_url=faux_url,
-        )
-        env["PARALLEL_API_KEY"] = PARALLEL_TEST_KEY
+        env = _worker_env(ledger_url, faux_url, faux_url)
         with worker_process(env, "--migrate", log=tmp_path / "worker.log"):
-            client = _client(ledger_url, faux_url)
             items = [f"message {k}" for k in range(ITEMS)]
             big = [f"big-{i}" for i in range(SIFTS)]
-            client.submit_batch(
-                [sift_job(job_id, items, provider="parallel") for job_id in big],
-                reply_to=REPLIES,
-                chunk_size=1,  # a message each, as a producer sends events
-            )
-            _first_requests_sent(faux_url, big)
             small = [f"small-{i}" for i in range(SMALL)]
-            for job_id in small:
-                client.submit(decide_job(job_id), reply_to=REPLIES)
-            order = [
-                reply.job_id
-                for reply in client.replies(REPLIES, job_ids=[*big, *small], timeout_s=180)
-            ]
+            order = _reply_order(
+                _client(ledger_url, faux_url),
+                [sift_job(job_id, items, provider="parallel") for job_id in big],
+                faux_url,
+                SIFTS,
+                small,
+            )
 
     waited = _answered_first(order, small, big)
     assert not waited, f"{len(waited)} small job(s) answered only after a sift: {order}"
@@ -115,32 +131,19 @@ def test_a_slow_provider_fills_its_own_slots_only(tmp_path: Path) -> None:
         faux_server("--latency-ms", "5000", log=tmp_path / "slow.log") as slow_url,
         faux_server(log=tmp_path / "fast.log") as fast_url,
     ):
-        env = decisions_env(
-            broker_url=redis_url(REDIS_DB),
-            redis_url=redis_url(REDIS_DB),
-            ledger_url=ledger_url,
-            faux_url=fast_url,
-            parallel_base_url=slow_url,  # the slow provider: parallel, 5 s an answer
-            max_in_flight=str(slots),
-        )
-        env["PARALLEL_API_KEY"] = PARALLEL_TEST_KEY
+        # The slow provider: parallel, 5 s an answer.
+        env = _worker_env(ledger_url, fast_url, slow_url, max_in_flight=str(slots))
         with worker_process(env, "--migrate", log=tmp_path / "worker.log"):
-            client = _client(ledger_url, fast_url)
             # A round of its slots and half a round waiting: within the reserve (2 x slots).
             slow = [f"slow-{i}" for i in range(slots + slots // 2)]
-            client.submit_batch(
-                [sift_job(job_id, ["one message"], provider="parallel") for job_id in slow],
-                reply_to=REPLIES,
-                chunk_size=1,
-            )
-            _first_requests_sent(slow_url, slow[:slots])
             fast = [f"fast-{i}" for i in range(SMALL)]
-            for job_id in fast:
-                client.submit(decide_job(job_id), reply_to=REPLIES)
-            order = [
-                reply.job_id
-                for reply in client.replies(REPLIES, job_ids=[*slow, *fast], timeout_s=180)
-            ]
+            order = _reply_order(
+                _client(ledger_url, fast_url),
+                [sift_job(job_id, ["one message"], provider="parallel") for job_id in slow],
+                slow_url,
+                slots,
+                fast,
+            )
 
     waited = _answered_first(order, fast, slow)
     assert not waited, f"{len(waited)} job(s) of the fast provider waited: {order}"
