@@ -143,3 +143,27 @@ def test_exit_after_ends_the_process_unless_it_ended_first(exits: list[float]) -
     cancelled.cancel()
     time.sleep(0.2)
     assert len(exits) == 1
+
+
+def test_a_fatal_end_comes_even_when_its_log_line_cannot_be_written(
+    exits: list[float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A log handler's lock held by a main thread that never lets go (it was interrupted by
+    # a signal handler that waits): the last log line waits for ever, the exit must not.
+    held = threading.Event()
+
+    class _Blocked:
+        def critical(self, *args: Any, **kwargs: Any) -> None:
+            held.wait(30)
+
+    monkeypatch.setattr(liveness, "log", _Blocked())
+    dying = threading.Thread(target=lambda: liveness.fatal("decisions-loop", "gone"), daemon=True)
+    dying.start()
+    deadline = time.monotonic() + 5
+    while not exits and time.monotonic() < deadline:
+        time.sleep(0.01)
+    ended = bool(exits)
+    held.set()
+    dying.join(5)
+    assert ended, "the process waited for its last log line instead of exiting"
+    assert liveness.failures() == {"decisions-loop": "gone"}

@@ -4,11 +4,14 @@ message unacknowledged."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from celery.worker import state as worker_state
 from kombu.serialization import dumps
 
 from shared import keys
@@ -126,3 +129,64 @@ def test_another_task_goes_through_celerys_tracer(
     assert done.wait(10)
     assert traced and runner.ran == []
     pool.on_stop()
+
+
+class _Stuck(_Runner):
+    """A request that never ends (a provider that does not answer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushed = 0
+
+    async def run_chunk(self, jobs: list[Any]) -> list[str]:
+        self.ran.append(jobs)
+        await asyncio.Event().wait()
+        return []
+
+    def flush_published(self) -> None:
+        self.flushed += 1
+
+
+def _in_thread(fn: Any) -> threading.Thread:
+    thread = threading.Thread(target=fn, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_cold_shutdown_stops_the_pool_at_once_without_waiting_for_requests(
+    loop: ProcessLoop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Celery's on_cold_shutdown, in its signal handler: cancel the requests, mark the
+    # cold shutdown, then stop the pool. A stop that waited for the requests in flight
+    # held the signal handler (and whatever lock the main thread held when the signal
+    # came) until something else killed the process: a CI run waited 30 s for nothing.
+    runner = _Stuck()
+    pool = _pool(loop, runner, monkeypatch)
+    called, traced, _done = _apply(pool, [{"id": "a"}])
+    deadline = time.monotonic() + 10
+    while not runner.ran and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert runner.ran
+    monkeypatch.setattr(worker_state, "should_terminate", True)
+    stopper = _in_thread(pool.on_stop)
+    stopper.join(5)
+    assert not stopper.is_alive(), "a cold shutdown waited for the requests in flight"
+    assert not loop.alive()  # the requests were cut off where they were
+    assert called == [] and traced == []  # never acknowledged: the broker delivers it again
+    assert runner.flushed == 0
+
+
+def test_a_cold_shutdown_during_a_warm_one_ends_its_wait(
+    loop: ProcessLoop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = _Stuck()
+    pool = _pool(loop, runner, monkeypatch)
+    called, _traced, _done = _apply(pool, [{"id": "a"}])
+    warm = _in_thread(pool.on_stop)
+    warm.join(0.3)
+    assert warm.is_alive()  # a warm shutdown waits for the request in flight
+    monkeypatch.setattr(worker_state, "should_terminate", True)
+    pool.on_terminate()  # the second signal: Celery terminates the pool
+    warm.join(5)
+    assert not warm.is_alive(), "the warm shutdown's wait outlived the cold one"
+    assert called == [] and runner.flushed == 0

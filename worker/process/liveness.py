@@ -61,10 +61,18 @@ def reset() -> None:
         _failed.pop(os.getpid(), None)
 
 
-def _exit_now() -> None:
+def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed stream: nothing more to say
             stream.flush()
+
+
+def _exit_now() -> None:
+    # The flush on a thread of its own, waited for briefly: a stream blocked for ever (a
+    # full pipe nobody reads) must not keep a dead process alive.
+    flusher = threading.Thread(target=_flush, daemon=True)
+    flusher.start()
+    flusher.join(EXIT_DELAY_S)
     os._exit(EXIT_CODE)
 
 
@@ -75,10 +83,12 @@ def fatal(name: str, why: str) -> NoReturn:
     exit by patching ``worker.process.liveness._exit_now``.)"""
     with _lock:
         _failed.setdefault(os.getpid(), {})[name] = why
-    log.critical("worker.vital_part_died", part=name, error=why, exit_code=EXIT_CODE)
+    # The exit is armed before the log line: a log handler's lock can be held for ever by
+    # a main thread stuck in a signal handler, and the process must end all the same.
     timer = threading.Timer(EXIT_DELAY_S, _exit_now)
     timer.daemon = True
     timer.start()
+    log.critical("worker.vital_part_died", part=name, error=why, exit_code=EXIT_CODE)
     timer.join()
     raise SystemExit(EXIT_CODE)  # only reached when the exit is stubbed
 

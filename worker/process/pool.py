@@ -190,6 +190,7 @@ class LoopPool(BasePool):
         self._classic: set[threading.Thread] = set()
         self._idle = threading.Condition(self._lock)
         self._stopping = False
+        self._terminated = False
 
     # --- a message ---------------------------------------------------------------------------
 
@@ -320,13 +321,24 @@ class LoopPool(BasePool):
     # --- stopping ----------------------------------------------------------------------------
 
     def on_stop(self) -> None:
-        """Warm shutdown: admit no more jobs, wait for the messages started, then their acks."""
+        """Warm shutdown: admit no more jobs, wait for the messages started, then their acks.
+
+        A cold shutdown stops the pool from its signal handler: that is ``on_terminate`` at
+        once. A wait there held the handler, and any lock the main thread held (a CI hang)."""
+        if worker_state.should_terminate is not None:
+            self.on_terminate()
+            return
         self._stopping = True
         gate = self._ctx.runner.gate
         if gate is not None:
             self._ctx.loop.loop.call_soon_threadsafe(gate.close)
         with self._lock:
-            self._idle.wait_for(lambda: not self._running and not self._classic, STOP_WAIT_S)
+            self._idle.wait_for(
+                lambda: self._terminated or (not self._running and not self._classic),
+                STOP_WAIT_S,
+            )
+            if self._terminated:  # a cold shutdown came during the wait: nothing more
+                return
         self._acks.close(STOP_WAIT_S)
         self._ctx.runner.flush_published()  # the marks still waiting for a batch to ride on
 
@@ -334,8 +346,13 @@ class LoopPool(BasePool):
         """Cold shutdown: the loop stops where it is, as a pool process killed would. The
         requests in flight are never finished here: their calls stay claimed, and the next
         delivery books them ``unknown`` (measured: left running, the loop finished them in
-        the seconds Celery took to exit, which is no cold shutdown)."""
+        the seconds Celery took to exit, which is no cold shutdown). Their messages are not
+        acknowledged: the broker delivers them again. A warm shutdown waiting for them
+        stops waiting."""
         self._stopping = True
+        with self._lock:
+            self._terminated = True
+            self._idle.notify_all()
         if self._ctx.loop.alive():
             self._ctx.loop.stop()
 
