@@ -71,6 +71,12 @@ def test_cold_shutdown_leaves_requests_in_flight_unknown_and_escalated(
     )
 
 
+def test_ctrl_c_twice_cuts_a_warm_shutdown_short(
+    new_fleet: FleetFactory, report: Callable[[Figures], Figures]
+) -> None:
+    test_shutdown.test_ctrl_c_twice_cuts_a_warm_shutdown_short(_on_loop_pool(new_fleet), report)
+
+
 def test_a_message_lost_in_the_brpop_window_is_republished_by_the_reaper(
     new_fleet: FleetFactory, report: Callable[[Figures], Figures]
 ) -> None:

@@ -2,23 +2,36 @@
 
 Warm (SIGTERM to the worker): it stops taking messages, lets the requests in flight finish,
 records and publishes them, and exits 0. Cold (SIGQUIT to the worker, or a SIGTERM that
-reaches the pool processes too, as a process-group or cgroup kill does): the requests in
-flight are cut off; their calls stay claimed, and the next delivery books them ``unknown``
-and escalates them ``decision_interrupted``, never sending them again.
+reaches the pool processes too, as a process-group or cgroup kill does, or Ctrl+C twice):
+the requests in flight are cut off; their calls stay claimed, and the next delivery books
+them ``unknown`` and escalates them ``decision_interrupted``, never sending them again.
 """
 
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Callable
 
 import pytest
 
 from tests.faults.conftest import FleetFactory
 from tests.support.checker import Figures
-from tests.support.fleet import profile
+from tests.support.fleet import Worker, profile
+from worker.process import liveness
 
 pytestmark = pytest.mark.faults
+
+
+def _ended_as_asked(worker: Worker, timeout_s: float) -> None:
+    """The worker exits within ``timeout_s`` by the shutdown it was asked for, not as a
+    worker whose loop died (``worker.process.liveness``: a CRITICAL line and exit 70 that
+    page someone; the loop pool ended a cold shutdown so until it stopped waiting in
+    Celery's signal handler)."""
+    code = worker.wait_exit(timeout_s)
+    assert code != liveness.EXIT_CODE and "worker.vital_part_died" not in worker.text(), (
+        worker.text()[-2000:]
+    )
 
 
 def test_warm_shutdown_lets_requests_in_flight_finish_and_records_them(
@@ -67,10 +80,38 @@ def test_cold_shutdown_leaves_requests_in_flight_unknown_and_escalated(
     submitted = crew.submit(jobs)
     crew.wait_counted(in_flight)
     first.signal(sig, group=group)
-    first.wait_exit(30)
+    _ended_as_asked(first, 30)
     crew.start_worker()
     pairs = crew.pairs(submitted.job_ids)
     crew.expect_replies(pairs, timeout_s=60)
+    figures = report(crew.check(pairs))
+    for job_id in in_flight:
+        assert figures.outcomes[job_id] == "escalation:decision_interrupted"
+        assert figures.call_states[job_id] == ["unknown"]
+        assert figures.requests_by_job[job_id] == 1
+    assert figures.lost == 0 and figures.duplicates == 0
+
+
+def test_ctrl_c_twice_cuts_a_warm_shutdown_short(
+    new_fleet: FleetFactory, report: Callable[[Figures], Figures]
+) -> None:
+    """An operator's Ctrl+C, then another while the requests in flight are awaited: the
+    second is Celery's cold shutdown, and the worker exits without waiting for them."""
+    crew = new_fleet("ctrl-c-twice", profile(30))
+    jobs = crew.jobs(4)
+    in_flight = [j["id"] for j in jobs[:2]]
+    crew.slow(25_000, in_flight)
+    first = crew.start_worker(worker_concurrency="2")
+    submitted = crew.submit(jobs)
+    crew.wait_counted(in_flight)
+    first.signal(signal.SIGINT)
+    time.sleep(1)  # the warm shutdown is waiting for the two requests in flight
+    assert first.alive()
+    first.signal(signal.SIGINT)
+    _ended_as_asked(first, 15)
+    crew.start_worker()
+    pairs = crew.pairs(submitted.job_ids)
+    crew.expect_replies(pairs, timeout_s=90)
     figures = report(crew.check(pairs))
     for job_id in in_flight:
         assert figures.outcomes[job_id] == "escalation:decision_interrupted"
