@@ -17,7 +17,7 @@ import pytest
 
 from tests.faults.conftest import FleetFactory
 from tests.support.checker import Figures
-from tests.support.fleet import Worker, profile
+from tests.support.fleet import Fleet, Worker, profile
 from worker.process import liveness
 
 pytestmark = pytest.mark.faults
@@ -32,6 +32,25 @@ def _ended_as_asked(worker: Worker, timeout_s: float) -> None:
     assert code != liveness.EXIT_CODE and "worker.vital_part_died" not in worker.text(), (
         worker.text()[-2000:]
     )
+
+
+def _cut_off_and_escalated(
+    crew: Fleet,
+    job_ids: list[str],
+    in_flight: list[str],
+    report: Callable[[Figures], Figures],
+) -> None:
+    """A new worker answers every job; those whose requests were cut off are booked
+    ``unknown`` and escalated, never sent again, and nothing is lost or doubled."""
+    crew.start_worker()
+    pairs = crew.pairs(job_ids)
+    crew.expect_replies(pairs, timeout_s=90)
+    figures = report(crew.check(pairs))
+    for job_id in in_flight:
+        assert figures.outcomes[job_id] == "escalation:decision_interrupted"
+        assert figures.call_states[job_id] == ["unknown"]
+        assert figures.requests_by_job[job_id] == 1
+    assert figures.lost == 0 and figures.duplicates == 0
 
 
 def test_warm_shutdown_lets_requests_in_flight_finish_and_records_them(
@@ -81,15 +100,7 @@ def test_cold_shutdown_leaves_requests_in_flight_unknown_and_escalated(
     crew.wait_counted(in_flight)
     first.signal(sig, group=group)
     _ended_as_asked(first, 30)
-    crew.start_worker()
-    pairs = crew.pairs(submitted.job_ids)
-    crew.expect_replies(pairs, timeout_s=60)
-    figures = report(crew.check(pairs))
-    for job_id in in_flight:
-        assert figures.outcomes[job_id] == "escalation:decision_interrupted"
-        assert figures.call_states[job_id] == ["unknown"]
-        assert figures.requests_by_job[job_id] == 1
-    assert figures.lost == 0 and figures.duplicates == 0
+    _cut_off_and_escalated(crew, submitted.job_ids, in_flight, report)
 
 
 def test_ctrl_c_twice_cuts_a_warm_shutdown_short(
@@ -109,12 +120,4 @@ def test_ctrl_c_twice_cuts_a_warm_shutdown_short(
     assert first.alive()
     first.signal(signal.SIGINT)
     _ended_as_asked(first, 15)
-    crew.start_worker()
-    pairs = crew.pairs(submitted.job_ids)
-    crew.expect_replies(pairs, timeout_s=90)
-    figures = report(crew.check(pairs))
-    for job_id in in_flight:
-        assert figures.outcomes[job_id] == "escalation:decision_interrupted"
-        assert figures.call_states[job_id] == ["unknown"]
-        assert figures.requests_by_job[job_id] == 1
-    assert figures.lost == 0 and figures.duplicates == 0
+    _cut_off_and_escalated(crew, submitted.job_ids, in_flight, report)
