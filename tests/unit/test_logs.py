@@ -71,3 +71,48 @@ def test_a_message_celery_refuses_is_logged_without_its_body_or_headers() -> Non
     assert "Jane Roe" not in done.stderr
     assert all("left out" in line["event"] for line in lines), lines
     assert "the task takes one argument, jobs" in lines[0]["event"]
+
+
+CONTROL_SCRIPT = """
+import logging, sys
+from worker.process.logs import configure_logging
+configure_logging(level=sys.argv[1], fmt="json")
+try:
+    raise AttributeError("'LoopPool' object has no attribute 'grow'")
+except AttributeError as exc:
+    logging.getLogger("kombu.pidbox").error("pidbox command error: %r", exc, exc_info=True)
+try:
+    raise KeyError("nope.task")
+except KeyError:
+    logging.getLogger("celery.worker.control").exception("Rate limit attempt for unknown task")
+try:
+    raise RuntimeError("a bug of ours")
+except RuntimeError:
+    logging.getLogger("decisions.runner").exception("runner.failed")
+"""
+
+
+def _control_lines(level: str) -> dict[str, dict[str, str]]:
+    done = subprocess.run(
+        [sys.executable, "-c", CONTROL_SCRIPT, level],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    lines = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    return {line["logger"]: line for line in lines}
+
+
+def test_a_remote_control_command_gone_wrong_is_one_line_without_a_traceback() -> None:
+    """``celery control pool_grow`` on the loop pool, a rate limit for a task that does not
+    exist: an operator's mistake, answered with the error; the worker's log says it in one
+    line, not with a traceback of kombu's and Celery's code. Other loggers keep theirs."""
+    lines = _control_lines("INFO")
+    pidbox, control = lines["kombu.pidbox"], lines["celery.worker.control"]
+    assert "has no attribute 'grow'" in pidbox["event"] and pidbox["level"] == "error"
+    assert "unknown task" in control["event"]
+    assert "exception" not in pidbox and "exception" not in control, lines
+    assert "Traceback" in lines["decisions.runner"]["exception"]
+    # At DEBUG, whoever is debugging the worker gets the traceback too.
+    assert "Traceback" in _control_lines("DEBUG")["kombu.pidbox"]["exception"]

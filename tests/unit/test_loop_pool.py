@@ -190,3 +190,13 @@ def test_a_cold_shutdown_during_a_warm_one_ends_its_wait(
     warm.join(5)
     assert not warm.is_alive(), "the warm shutdown's wait outlived the cold one"
     assert called == [] and runner.flushed == 0
+
+
+def test_pool_grow_and_shrink_say_what_bounds_the_loop_pool(
+    loop: ProcessLoop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pool = _pool(loop, _Runner(), monkeypatch)
+    for change in (pool.grow, pool.shrink):
+        with pytest.raises(NotImplementedError, match=r"DECISIONS_MAX_IN_FLIGHT \(now 8\)"):
+            change(2)
+    pool.on_stop()

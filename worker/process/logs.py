@@ -23,6 +23,7 @@ import structlog
 __all__ = [
     "LogFormat",
     "OmitMessageContents",
+    "RemoteControlErrors",
     "add_process",
     "configure_logging",
     "is_configured",
@@ -114,6 +115,24 @@ _LEFT_OUT = "(left out: a message's contents are not logged)"
 _CONSUMER_LOGGER = "celery.worker.consumer.consumer"
 
 
+class RemoteControlErrors(logging.Filter):
+    """A remote-control command an operator got wrong (``celery control pool_grow`` on the
+    loop pool, ``terminate NOTASIG``, ``rate_limit`` for a task that does not exist, a library
+    ``inspect objgraph`` needs) is answered with the error, and kombu and Celery also log it
+    at ERROR with a traceback of their own code. The line stays (what was asked, what was
+    wrong); the traceback goes, unless the worker logs at DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and not logging.getLogger(record.name).isEnabledFor(logging.DEBUG):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+#: The loggers Celery's remote control reports a command's failure on.
+_CONTROL_LOGGERS = ("kombu.pidbox", "celery.worker.control")
+
+
 def is_configured() -> bool:
     """Whether ``configure_logging`` ran in this process (a later Celery setup keeps it)."""
     return _configured
@@ -175,6 +194,10 @@ def configure_logging(level: str | int = "INFO", fmt: LogFormat = "auto") -> Non
     consumer = logging.getLogger(_CONSUMER_LOGGER)
     if not any(isinstance(f, OmitMessageContents) for f in consumer.filters):
         consumer.addFilter(OmitMessageContents())
+    for name in _CONTROL_LOGGERS:
+        control = logging.getLogger(name)
+        if not any(isinstance(f, RemoteControlErrors) for f in control.filters):
+            control.addFilter(RemoteControlErrors())
     # No line shows where a call was made from, so never look it up (the logging HOWTO's
     # "Optimization": a frame walk per record otherwise).
     logging._srcfile = None

@@ -52,16 +52,12 @@ events off by default (three publishes a message, a tenth of the CPU; Flower tur
 itself); a job's published mark rides on the group commit's next transaction (two awaited
 writes a job, not three: 1.41 ledger transactions a job became 1.01 at saturation, 0.36
 with one PostgreSQL writer); the publish-once script called by its SHA (no ``SCRIPT
-EXISTS`` round trip a batch: 22.8 Redis calls a job, all clients, became 20.5). Not taken:
-uvloop (no gain measured, ``python -m bench.http_stacks``: 1.27 ms CPU a request against
-asyncio's 1.24, medians of five) and httpx-aiohttp's transport (1.00 ms: 0.24 ms a
-request, 2% of a single-job decision, and it drops the ``worker.http.connection_pool`` network layer
-the "possibly sent" phase detection stands on), nor httpx2, Pydantic's maintained fork
-(this client on it: 0.31 to 0.33 ms a request against 0.34 to 0.36 on httpx, a quiet
-machine, about 2% of a chunked decision). What is left (py-spy): ledger 29%
-(SQLAlchemy and psycopg: two transactions a job), HTTP client 16%, Celery and kombu 13%
-(delivery, unacked index, acknowledgement: a new redis client object each, in kombu),
-reply streams 11%, runner and providers 11%, pydantic and JSON 8%, thread hand-offs 7%.
+EXISTS`` round trip a batch: 22.8 Redis calls a job, all clients, became 20.5). Not taken
+(``python -m bench.http_stacks``, README "Fleet sizing"): uvloop (no gain), httpx-aiohttp's
+transport (2% of a single-job decision; it drops the ``worker.http.connection_pool`` layer
+the "possibly sent" detection stands on), httpx2 (about 2% of a chunked decision). What
+is left is flat (README "Fleet sizing" gives the py-spy shares): ledger, HTTP client,
+Celery and kombu, reply streams, runner, pydantic, thread hand-offs.
 """
 
 from __future__ import annotations
@@ -343,12 +339,10 @@ class LoopPool(BasePool):
         self._ctx.runner.flush_published()  # the marks still waiting for a batch to ride on
 
     def on_terminate(self) -> None:
-        """Cold shutdown: the loop stops where it is, as a pool process killed would. The
-        requests in flight are never finished here: their calls stay claimed, and the next
-        delivery books them ``unknown`` (measured: left running, the loop finished them in
-        the seconds Celery took to exit, which is no cold shutdown). Their messages are not
-        acknowledged: the broker delivers them again. A warm shutdown waiting for them
-        stops waiting."""
+        """Cold shutdown: the loop stops where it is, as a killed pool process would; the
+        calls in flight stay claimed for the next delivery to book ``unknown`` (left running,
+        the loop finished them while Celery exited: no cold shutdown), their messages
+        unacknowledged. A warm shutdown waiting for them stops waiting."""
         self._stopping = True
         with self._lock:
             self._terminated = True
@@ -362,10 +356,9 @@ class LoopPool(BasePool):
         cold shutdown (a broker connection lost, ``celery control revoke --terminate``) one
         message is not cut out of the loop: it runs on, and the ledger keeps it at most
         once."""
-        # Celery cancels every running request first, then marks the cold shutdown (the same
-        # signal handler, at once): look a moment later. A cancel after a broker connection
-        # loss is not followed by one: those messages run on (their acknowledgement may be
-        # lost with the connection; a redelivery replays them from the ledger).
+        # Celery cancels every running request, then marks the cold shutdown: look a moment
+        # later. A cancel after a broker connection loss is not followed by one: those run
+        # on (their acknowledgement may be lost; a redelivery replays them from the ledger).
         timer = threading.Timer(TERMINATE_LOOK_S, self._terminate_if_cold, args=(pid,))
         timer.daemon = True
         timer.start()
@@ -375,6 +368,16 @@ class LoopPool(BasePool):
             self.on_terminate()
         elif not self._stopping:
             log.warning("pool.cancel_ignored", pid=pid, why="not a cold shutdown")
+
+    def grow(self, n: int = 1) -> None:
+        """``celery control pool_grow`` (and ``pool_shrink``): answered, not done."""
+        raise NotImplementedError(
+            "the loop pool has no processes to grow or shrink: DECISIONS_MAX_IN_FLIGHT "
+            f"(now {self._ctx.settings.max_in_flight}) bounds its requests in flight; "
+            "restart the worker with another value"
+        )
+
+    shrink = grow
 
     def _get_info(self) -> dict[str, Any]:
         info = super()._get_info()
