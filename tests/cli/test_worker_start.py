@@ -234,8 +234,15 @@ def test_a_redis_url_option_it_cannot_read_is_named(
         (("--bogus-flag",), "--bogus-flag"),
         (("-P", "nonexistent"), "'nonexistent'"),
         (("--concurrency", "abc"), "--concurrency"),
+        # Celery's choices that the worker cannot run on: said, not "a bug in decisions".
+        (("-P", "gevent"), "--pool gevent is not supported"),
+        (("--pool=eventlet",), "--pool eventlet is not supported"),
+        (("-Pcustom",), "--pool custom is not supported"),
     ],
-    ids=["unknown-option", "unknown-pool", "concurrency-not-a-number"],
+    ids=[
+        "unknown-option", "unknown-pool", "concurrency-not-a-number", "gevent", "eventlet",
+        "custom",
+    ],
 )
 def test_a_celery_option_mistake_is_a_usage_error(
     workdir: Path, streams: dict[str, str], args: tuple[str, ...], says: str

@@ -53,6 +53,15 @@ def register(app: typer.Typer) -> None:
         from worker.app import app as celery_app
         from worker.app import check_visibility_timeout, pool_settings
 
+        chosen = _pool_argument(ctx.args)
+        if chosen in _NOT_SUPPORTED:  # the command line first: no setting or server asked
+            err_console.print(
+                f"decisions worker: --pool {chosen} is not supported: {_NOT_SUPPORTED[chosen]}\n"
+                "Leave --pool out for the loop pool (DECISIONS_MAX_IN_FLIGHT requests in flight "
+                "a process), or set DECISIONS_WORKER_POOL to prefork, threads or solo",
+                markup=False,
+            )
+            raise typer.Exit(2)
         settings = get_settings()
         try:
             check_visibility_timeout(settings)
@@ -67,7 +76,6 @@ def register(app: typer.Typer) -> None:
             err_console.print(f"[red]refusing to start:[/] {exc}")
             raise typer.Exit(2) from None
         _pool, concurrency = pool_settings(settings)
-        chosen = _pool_argument(ctx.args)
         if chosen is not None:
             # Celery reads "--pool prefork" (its default) as "the configured pool": name it
             # in the configuration too, so an explicit pool is the pool.
@@ -192,6 +200,18 @@ def _cannot_listen(exc: OSError) -> bool:
 def _listen_problem(exc: OSError) -> str:
     # asyncio's bind error reads "error while attempting to bind on address (...): why".
     return (exc.strerror or str(exc)).rpartition("): ")[2]
+
+
+#: Celery pools ``decisions worker`` refuses, and why (``DECISIONS_WORKER_POOL`` cannot name
+#: them; ``--pool`` could).
+_NOT_SUPPORTED = {
+    "gevent": "its monkey-patching breaks the worker's asyncio loop (and `decisions worker` "
+    "does not apply it, as `celery worker -P gevent` does)",
+    "eventlet": "its monkey-patching breaks the worker's asyncio loop (and `decisions worker` "
+    "does not apply it, as `celery worker -P eventlet` does)",
+    "custom": "it names a pool class from CELERY_CUSTOM_WORKER_POOL, outside what the worker "
+    "is tested with",
+}
 
 
 def _pool_argument(args: list[str]) -> str | None:
