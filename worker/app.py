@@ -145,7 +145,9 @@ def _refuse_bad_visibility(sender: Any = None, **_: Any) -> None:
 
 
 @signals.celeryd_init.connect
-def _refuse_what_fails_every_task(sender: Any = None, instance: Any = None, **_: Any) -> None:
+def _refuse_what_fails_every_task(
+    sender: Any = None, instance: Any = None, options: Any = None, **_: Any
+) -> None:
     # What `decisions worker` checks before it starts Celery, for `celery -A worker.app
     # worker` too (celeryd_init is sent by Celery's worker command only, not by the embedded
     # run's worker), in the same order: the visibility timeout (checked again at worker_init,
@@ -159,11 +161,12 @@ def _refuse_what_fails_every_task(sender: Any = None, instance: Any = None, **_:
     # ledger and must not be refused for one.
     if instance is not None and getattr(instance, "app", None) is not app:
         return
-    from worker.cli.startup import check_ledger_file, check_registries
+    from worker.cli.startup import check_ledger_file, check_pool_options, check_registries
     from worker.ledger import Ledger
 
     settings = get_settings()
     try:
+        check_pool_options(options or {}, app.conf.worker_pool)
         check_visibility_timeout(settings)
         check_registries(settings)
         check_ledger_file(settings)

@@ -92,7 +92,9 @@ def test_the_worker_refuses_a_setting_keyed_by_no_provider(
     assert "openrouter, typesafe, parallel, openai" in line
 
 
-def _celery_worker(workdir: Path, env: dict[str, str], **settings: str) -> Outcome:
+def _celery_worker(
+    workdir: Path, env: dict[str, str], *args: str, **settings: str
+) -> Outcome:
     """``celery -A worker.app worker`` with these settings, Redis where nothing listens."""
     nowhere = f"redis://127.0.0.1:{free_port()}/12"
     full_env = decisions_env(**{"redis_url": nowhere, "broker_url": nowhere, **settings})
@@ -100,7 +102,7 @@ def _celery_worker(workdir: Path, env: dict[str, str], **settings: str) -> Outco
         full_env.pop(name, None)
     full_env.update(env)
     done = subprocess.run(
-        [CELERY, "-A", "worker.app", "worker"],
+        [CELERY, "-A", "worker.app", "worker", *args],
         cwd=workdir,
         env=full_env,
         capture_output=True,
@@ -250,6 +252,33 @@ def test_a_celery_option_mistake_is_a_usage_error(
     done = decisions("worker", "--migrate", *args, cwd=workdir, timeout_s=60, **streams)
     (problem, *_) = _explained(done, 2, "decisions worker", says)
     assert "unexpected error" not in problem
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--autoscale", "10,2"), "--autoscale is not for the loop pool"),
+        (("--max-tasks-per-child=5",), "--max-tasks-per-child is not for the loop pool"),
+        (("--max-memory-per-child", "100000"), "--max-memory-per-child is not for the loop"),
+        (("-P", "threads", "--autoscale=4,1"), "--autoscale is not for the thread pool"),
+    ],
+    ids=["autoscale", "max-tasks", "max-memory", "threads-autoscale"],
+)
+def test_a_process_option_the_pool_cannot_honour_is_refused(
+    workdir: Path, streams: dict[str, str], args: tuple[str, ...], says: str
+) -> None:
+    """On the loop pool, ``--autoscale`` set the reserve to its minimum, then ended the
+    worker at the first scale-up; the per-child limits did nothing on any pool but prefork."""
+    done = decisions("worker", "--migrate", *args, cwd=workdir, timeout_s=60, **streams)
+    (line, *_) = _explained(done, 2, "refusing to start", says, "DECISIONS_WORKER_POOL=prefork")
+    assert line.startswith("refusing to start: --")
+
+
+def test_celery_itself_refuses_autoscale_on_the_loop_pool(workdir: Path) -> None:
+    done = _celery_worker(
+        workdir, {}, "--autoscale=4,1", ledger_url=f"sqlite:///{workdir / 'ledger.db'}"
+    )
+    _explained(done, 2, "refusing to start", "--autoscale is not for the loop pool")
 
 
 def test_a_worker_that_ends_on_an_error_exits_non_zero(

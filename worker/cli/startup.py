@@ -9,6 +9,10 @@ check of the providers and runtimes the settings describe.
   nothing, so its ceiling, limit or price did not apply and nobody was told.
 - A SQLite ledger's file can be written (``check_ledger_file``): a worker on a read-only or
   full one took every message and retried each for ever, logging only Celery's INFO line.
+- Celery's worker options suit the pool (``check_pool_options``): ``--autoscale`` on the
+  loop pool set its reserve to the autoscaler's minimum, then ended the worker at the first
+  scale-up (Celery's autoscaler thread exits the process when the pool cannot grow), and
+  ``--max-tasks-per-child`` did nothing on any pool but prefork.
 """
 
 from __future__ import annotations
@@ -16,13 +20,20 @@ from __future__ import annotations
 import asyncio
 import difflib
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from shared.errors import ConfigurationError
 from shared.settings import Settings
 from worker.cli.explanation import setting_variable
 from worker.cli.ledger_file import unwritable
 
-__all__ = ["PER_PROVIDER", "check_ledger_file", "check_registries", "unknown_keys"]
+__all__ = [
+    "PER_PROVIDER",
+    "check_ledger_file",
+    "check_pool_options",
+    "check_registries",
+    "unknown_keys",
+]
 
 #: The settings keyed by provider name, and whether a chat runtime's name may key them too:
 #: a menu job's budget is counted under its runtime (``worker.kinds.menus.model_calls``) and
@@ -55,6 +66,50 @@ def check_registries(settings: Settings) -> None:
     problems = unknown_keys(settings, providers, runtimes)
     if problems:
         raise ConfigurationError("; ".join(problems))
+
+
+#: Celery worker options (as its command passes them on) that only act on prefork processes:
+#: other pools ignored them in silence, or (``--autoscale``) ended the worker at the first
+#: scale-up, when Celery's autoscaler thread found a pool that cannot grow.
+_PROCESS_OPTIONS: Mapping[str, tuple[str, str]] = {
+    "autoscale": ("--autoscale", "grows and shrinks pool processes"),
+    "max_tasks_per_child": ("--max-tasks-per-child", "replaces pool processes"),
+    "max_memory_per_child": ("--max-memory-per-child", "replaces pool processes"),
+}
+_PREFORK = "celery.concurrency.prefork"
+#: Celery pools whose monkey-patching breaks the worker's asyncio loop.
+_PATCHING_POOLS = ("celery.concurrency.gevent", "celery.concurrency.eventlet")
+
+
+def check_pool_options(options: Mapping[str, Any], configured_pool: str) -> None:
+    """``ConfigurationError`` for Celery worker ``options`` (``celeryd_init``'s) that the
+    pool they choose (``pool_cls``, else ``configured_pool``) cannot honour."""
+    from celery.concurrency import get_implementation
+
+    from worker.process.pool import LoopPool  # the pool, only when a worker starts
+
+    pool = options.get("pool_cls") or get_implementation(configured_pool)
+    module = getattr(pool, "__module__", "")
+    if module in _PATCHING_POOLS:
+        raise ConfigurationError(
+            f"the {module.rsplit('.', 1)[1]} pool is not supported: its monkey-patching "
+            "breaks the worker's asyncio loop; leave --pool out (the loop pool), or set "
+            "DECISIONS_WORKER_POOL to prefork, threads or solo"
+        )
+    if module == _PREFORK:
+        return
+    loop = isinstance(pool, type) and issubclass(pool, LoopPool)
+    name = "loop" if loop else module.rsplit(".", 1)[-1]
+    bound = {
+        "loop": "DECISIONS_MAX_IN_FLIGHT bounds its requests in flight",
+        "solo": "it runs one message at a time",
+    }.get(name, "DECISIONS_WORKER_CONCURRENCY sets its size")
+    for key, (option, what) in _PROCESS_OPTIONS.items():
+        if options.get(key):
+            raise ConfigurationError(
+                f"{option} is not for the {name} pool: it {what}, which only the prefork "
+                f"pool has; {bound} (for pool processes, set DECISIONS_WORKER_POOL=prefork)"
+            )
 
 
 def check_ledger_file(settings: Settings) -> None:
