@@ -52,4 +52,4 @@ def test_no_such_option_no_refusal() -> None:
 def test_a_monkey_patching_pool_is_refused() -> None:
     fake = type("TaskPool", (), {"__module__": "celery.concurrency.gevent"})
     said = _refusal({"pool_cls": fake})
-    assert said.startswith("the gevent pool is not supported") and "asyncio loop" in said
+    assert said.startswith("--pool gevent is not supported") and "asyncio loop" in said

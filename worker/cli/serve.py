@@ -20,7 +20,7 @@ from worker.cli.option_values import (
     not_empty_path,
     seconds,
 )
-from worker.cli.startup import check_ledger_file, check_registries
+from worker.cli.startup import check_ledger_file, check_registries, pool_refusal
 from worker.cli.terminal import console, err_console
 from worker.ledger import Ledger
 from worker.ledger.engine import describe_url
@@ -54,13 +54,10 @@ def register(app: typer.Typer) -> None:
         from worker.app import check_visibility_timeout, pool_settings
 
         chosen = _pool_argument(ctx.args)
-        if chosen in _NOT_SUPPORTED:  # the command line first: no setting or server asked
-            err_console.print(
-                f"decisions worker: --pool {chosen} is not supported: {_NOT_SUPPORTED[chosen]}\n"
-                "Leave --pool out for the loop pool (DECISIONS_MAX_IN_FLIGHT requests in flight "
-                "a process), or set DECISIONS_WORKER_POOL to prefork, threads or solo",
-                markup=False,
-            )
+        # The command line first, before Celery imports the pool (gevent, say, may be absent).
+        refused = pool_refusal(chosen) if chosen is not None else None
+        if refused is not None:
+            err_console.print(f"decisions worker: {refused}", markup=False)
             raise typer.Exit(2)
         settings = get_settings()
         try:
@@ -200,18 +197,6 @@ def _cannot_listen(exc: OSError) -> bool:
 def _listen_problem(exc: OSError) -> str:
     # asyncio's bind error reads "error while attempting to bind on address (...): why".
     return (exc.strerror or str(exc)).rpartition("): ")[2]
-
-
-#: Celery pools ``decisions worker`` refuses, and why (``DECISIONS_WORKER_POOL`` cannot name
-#: them; ``--pool`` could).
-_NOT_SUPPORTED = {
-    "gevent": "its monkey-patching breaks the worker's asyncio loop (and `decisions worker` "
-    "does not apply it, as `celery worker -P gevent` does)",
-    "eventlet": "its monkey-patching breaks the worker's asyncio loop (and `decisions worker` "
-    "does not apply it, as `celery worker -P eventlet` does)",
-    "custom": "it names a pool class from CELERY_CUSTOM_WORKER_POOL, outside what the worker "
-    "is tested with",
-}
 
 
 def _pool_argument(args: list[str]) -> str | None:

@@ -29,9 +29,11 @@ from worker.cli.ledger_file import unwritable
 
 __all__ = [
     "PER_PROVIDER",
+    "UNSUPPORTED_POOLS",
     "check_ledger_file",
     "check_pool_options",
     "check_registries",
+    "pool_refusal",
     "unknown_keys",
 ]
 
@@ -77,8 +79,26 @@ _PROCESS_OPTIONS: Mapping[str, tuple[str, str]] = {
     "max_memory_per_child": ("--max-memory-per-child", "replaces pool processes"),
 }
 _PREFORK = "celery.concurrency.prefork"
-#: Celery pools whose monkey-patching breaks the worker's asyncio loop.
-_PATCHING_POOLS = ("celery.concurrency.gevent", "celery.concurrency.eventlet")
+_PATCHING = "its monkey-patching breaks the worker's asyncio loop"
+#: Celery pools the worker refuses (``DECISIONS_WORKER_POOL`` cannot name them; ``--pool``
+#: could), and why.
+UNSUPPORTED_POOLS: Mapping[str, str] = {
+    "gevent": _PATCHING,
+    "eventlet": _PATCHING,
+    "custom": "it names a class of CELERY_CUSTOM_WORKER_POOL, outside what the worker runs on",
+}
+
+
+def pool_refusal(name: str) -> str | None:
+    """Why ``--pool name`` is refused and what to use instead (None: it is not)."""
+    why = UNSUPPORTED_POOLS.get(name)
+    if why is None:
+        return None
+    return (
+        f"--pool {name} is not supported: {why}; leave --pool out for the loop pool "
+        "(DECISIONS_MAX_IN_FLIGHT requests in flight a process), or set "
+        "DECISIONS_WORKER_POOL to prefork, threads or solo"
+    )
 
 
 def check_pool_options(options: Mapping[str, Any], configured_pool: str) -> None:
@@ -90,12 +110,9 @@ def check_pool_options(options: Mapping[str, Any], configured_pool: str) -> None
 
     pool = options.get("pool_cls") or get_implementation(configured_pool)
     module = getattr(pool, "__module__", "")
-    if module in _PATCHING_POOLS:
-        raise ConfigurationError(
-            f"the {module.rsplit('.', 1)[1]} pool is not supported: its monkey-patching "
-            "breaks the worker's asyncio loop; leave --pool out (the loop pool), or set "
-            "DECISIONS_WORKER_POOL to prefork, threads or solo"
-        )
+    refused = pool_refusal(module.rpartition("celery.concurrency.")[2])
+    if refused is not None:  # `celery -A worker.app worker -P gevent`, with gevent installed
+        raise ConfigurationError(refused)
     if module == _PREFORK:
         return
     loop = isinstance(pool, type) and issubclass(pool, LoopPool)
