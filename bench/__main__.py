@@ -311,11 +311,10 @@ def main(argv: list[str] | None = None) -> int:
                     ]
                     with spawn_worker(argv_noop, env, logs / "noop.log") as noop_worker:
                         meter = Meter(noop_worker.pid)
-                        with contextlib.ExitStack() as metered:
-                            run = run_noop(
-                                client.celery, r, config.noop_tasks, warmup=config.warmup,
-                                measured=lambda: metered.enter_context(meter),
-                            )
+                        run = run_noop(
+                            client.celery, r, config.noop_tasks, warmup=config.warmup,
+                            meter=meter,
+                        )
                         results.noop(run, meter.usage.cpu_s)
                 bench = _Bench(config, faux_url, client, r, logs, results)
                 if "open-loop" in stages:

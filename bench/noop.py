@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import redis
@@ -37,6 +38,18 @@ def _send(celery: Celery, n: int) -> None:
             celery.send_task(NOOP_TASK, args=[i], queue=NOOP_QUEUE, producer=producer)
 
 
+def _run(celery: Celery, r: redis.Redis, count: int, timeout_s: float) -> float:
+    """Send ``count`` tasks and wait until the worker took and acknowledged them all (s)."""
+    started = time.perf_counter()
+    _send(celery, count)
+    until = time.monotonic() + timeout_s
+    while not _drained(r):
+        if time.monotonic() > until:
+            raise TimeoutError(f"celery-noop: {r.llen(NOOP_QUEUE)} tasks still queued")
+        time.sleep(0.005)
+    return time.perf_counter() - started
+
+
 def run_noop(
     celery: Celery,
     r: redis.Redis,
@@ -44,19 +57,11 @@ def run_noop(
     *,
     warmup: int,
     timeout_s: float = 300,
-    measured: Callable[[], object] | None = None,
+    meter: AbstractContextManager[object] | None = None,
 ) -> NoopRun:
-    """``n`` tasks after ``warmup`` of them; ``measured`` is called when the measured run
-    starts (the worker's CPU is read from there)."""
-    for run, count in enumerate((warmup, n)):
-        if run == 1 and measured is not None:
-            measured()
-        started = time.perf_counter()
-        _send(celery, count)
-        until = time.monotonic() + timeout_s
-        while not _drained(r):
-            if time.monotonic() > until:
-                raise TimeoutError(f"celery-noop: {r.llen(NOOP_QUEUE)} tasks still queued")
-            time.sleep(0.005)
-        elapsed = time.perf_counter() - started
+    """``n`` tasks after ``warmup`` of them; ``meter`` (the worker's CPU) is entered for the
+    ``n`` only."""
+    _run(celery, r, warmup, timeout_s)
+    with meter or contextlib.nullcontext():
+        elapsed = _run(celery, r, n, timeout_s)
     return NoopRun(n, elapsed)

@@ -123,11 +123,7 @@ def test_kill_9_of_the_pool_while_requests_are_in_flight(
 ) -> None:
     crew = new_fleet("pool-in-flight")
     jobs = crew.jobs(4)
-    in_flight = [j["id"] for j in jobs[:2]]
-    crew.slow(2000, in_flight)
-    worker = crew.start_worker(worker_concurrency="2")
-    submitted = crew.submit(jobs)
-    crew.wait_counted(in_flight)
+    worker, submitted, in_flight = crew.two_in_flight(jobs, 2000)
     pool = pool_processes(worker)
     assert len(pool) == 2
     for pid in pool:

@@ -58,11 +58,7 @@ def test_warm_shutdown_lets_requests_in_flight_finish_and_records_them(
 ) -> None:
     crew = new_fleet("warm", profile(10))
     jobs = crew.jobs(6)
-    in_flight = [j["id"] for j in jobs[:2]]
-    crew.slow(1500, in_flight)
-    first = crew.start_worker(worker_concurrency="2")
-    submitted = crew.submit(jobs)
-    crew.wait_counted(in_flight)
+    first, submitted, in_flight = crew.two_in_flight(jobs, 1500)
     first.signal(signal.SIGTERM)
     assert first.wait_exit(30) == 0, first.text()[-2000:]
     # Finished, recorded and published before the worker exited.
@@ -93,11 +89,7 @@ def test_cold_shutdown_leaves_requests_in_flight_unknown_and_escalated(
     sig, group = how
     crew = new_fleet(f"cold-{sig}-{group}")
     jobs = crew.jobs(6)
-    in_flight = [j["id"] for j in jobs[:2]]
-    crew.slow(2000, in_flight)
-    first = crew.start_worker(worker_concurrency="2")
-    submitted = crew.submit(jobs)
-    crew.wait_counted(in_flight)
+    first, submitted, in_flight = crew.two_in_flight(jobs, 2000)
     first.signal(sig, group=group)
     _ended_as_asked(first, 30)
     _cut_off_and_escalated(crew, submitted.job_ids, in_flight, report)
@@ -110,11 +102,7 @@ def test_ctrl_c_twice_cuts_a_warm_shutdown_short(
     second is Celery's cold shutdown, and the worker exits without waiting for them."""
     crew = new_fleet("ctrl-c-twice", profile(30))
     jobs = crew.jobs(4)
-    in_flight = [j["id"] for j in jobs[:2]]
-    crew.slow(25_000, in_flight)
-    first = crew.start_worker(worker_concurrency="2")
-    submitted = crew.submit(jobs)
-    crew.wait_counted(in_flight)
+    first, submitted, in_flight = crew.two_in_flight(jobs, 25_000)
     first.signal(signal.SIGINT)
     time.sleep(1)  # the warm shutdown is waiting for the two requests in flight
     assert first.alive()

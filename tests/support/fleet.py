@@ -391,6 +391,19 @@ class Fleet:
                 raise TimeoutError(f"the faux never received {sorted(wanted - set(self.calls()))}")
             time.sleep(0.05)
 
+    def two_in_flight(
+        self, jobs: list[dict[str, Any]], latency_ms: float
+    ) -> tuple[Worker, SubmitReport, list[str]]:
+        """A worker of two slots given ``jobs`` (one a message), the first two answered after
+        ``latency_ms``: it returns once the faux has read both (their requests in flight).
+        The worker, what was submitted, and the two job ids."""
+        in_flight = [j["id"] for j in jobs[:2]]
+        self.slow(latency_ms, in_flight)
+        worker = self.start_worker(worker_concurrency="2")
+        submitted = self.submit(jobs)
+        self.wait_counted(in_flight)
+        return worker, submitted, in_flight
+
     def slow(self, latency_ms: float, job_ids: Iterable[str] | None = None) -> None:
         """Answer ``job_ids`` (every request if None) after ``latency_ms``."""
         if job_ids is None:
