@@ -400,3 +400,35 @@ def test_a_later_mark_rides_on_the_next_batch_or_is_written_after_its_window(
     assert ride is not None and ride.published_at is not None
     assert alone is not None and alone.published_at is not None
     assert late is not None and stamped is not None and late.published_at == stamped.published_at
+
+
+def test_a_mark_waits_its_own_window_not_an_earlier_marks_timer(ledger: Ledger) -> None:
+    """Found at 25 single-job messages a second: a mark arriving after a batch had taken the
+    marks before it was written alone by their timer, a few ms later, not a window later;
+    so a job cost three transactions, not two. Its own window counts, and the next batch
+    within it takes it."""
+    for job_id in ("first", "second"):
+        ledger.open_job(**job(job_id))
+        ledger.claim(**claim(job_id))
+        ledger.finish_job(**answered(job_id))
+    window = 1.0
+    group = GroupCommit(ledger, mark_window_s=window)
+
+    async def scenario() -> tuple[Any, Any, int]:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        group.mark_published_later("first")  # its timer: at start + window
+        await group.open_job(**job("n1"))  # takes "first"
+        await asyncio.sleep(start + window / 2 - loop.time())
+        group.mark_published_later("second")  # its own window ends at 1.5 windows
+        # Past the first mark's timer, well within the second's window.
+        await asyncio.sleep(start + window * 1.2 - loop.time())
+        waiting = ledger.get_job("second")
+        await group.open_job(**job("n2"))  # the next batch takes it
+        return waiting, ledger.get_job("second"), group.batches
+
+    waiting, marked, batches = asyncio.run(scenario())
+    group.close()
+    assert waiting is not None and waiting.published_at is None
+    assert marked is not None and marked.published_at is not None
+    assert batches == 2  # n1's and n2's transactions, and no third for the mark alone

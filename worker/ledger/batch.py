@@ -95,7 +95,12 @@ class GroupCommit(Batcher):
     thread_name = "ledger-group-commit"
 
     def __init__(
-        self, ledger: Ledger, *, max_batch: int = _MAX_BATCH, writers: int | None = None
+        self,
+        ledger: Ledger,
+        *,
+        max_batch: int = _MAX_BATCH,
+        writers: int | None = None,
+        mark_window_s: float = MARK_WINDOW_S,
     ) -> None:
         # SQLite has one writer at a time anyway; PostgreSQL commits batches side by side, so
         # that its round trips (one a statement) overlap instead of queueing behind one thread.
@@ -104,8 +109,11 @@ class GroupCommit(Batcher):
             writers=writers or (1 if ledger.dialect == "sqlite" else _PG_WRITERS),
         )
         self.ledger = ledger
+        self.mark_window_s = mark_window_s
         #: Jobs published whose ``published_at`` is not written yet (``mark_published_later``).
         self._later: list[str] = []
+        #: Which list of marks the newest timer is for: one per list's first mark.
+        self._window = 0
 
     # --- the methods, awaitable -----------------------------------------------------------
 
@@ -125,7 +133,7 @@ class GroupCommit(Batcher):
         return await self.submit("mark_published", kwargs)
 
     def mark_published_later(self, job_id: str) -> None:
-        """Mark a published job published in the next batch, or within ``MARK_WINDOW_S``.
+        """Mark a published job published in the next batch, or ``mark_window_s`` after it.
 
         Not awaited: a job's stream entry exists already (its caller published it), so the
         mark only says so. It rides on the next batch's transaction instead of one of its
@@ -136,13 +144,19 @@ class GroupCommit(Batcher):
         with self._lock:
             self._later.append(job_id)
             first = len(self._later) == 1
+            if first:
+                self._window += 1
+                window = self._window
         if first:
-            asyncio.get_running_loop().call_later(MARK_WINDOW_S, self._wake)
+            asyncio.get_running_loop().call_later(self.mark_window_s, self._wake, window)
 
-    def _wake(self) -> None:
-        """On the loop, ``MARK_WINDOW_S`` after a mark: a batch of its own if none took it."""
+    def _wake(self, window: int) -> None:
+        """On the loop, a window after the first mark of a list: a batch of its own if none
+        took them. A timer whose marks a batch took is stale: the marks after them started
+        a window of their own (writing them at the stale timer cost a transaction a job at
+        25 single-job messages a second)."""
         with self._lock:
-            if not self._later:
+            if not self._later or window != self._window:
                 return
         self._start()
         loop = asyncio.get_running_loop()
@@ -182,6 +196,8 @@ class GroupCommit(Batcher):
             if write.method == _FLUSH:
                 write.done = True
         later = self._take_later()
+        if not later and all(write.method == _FLUSH for write in batch):
+            return  # a batch before took the marks: no transaction for nothing
         try:
             with self.ledger.transaction() as conn:
                 if later:
