@@ -161,6 +161,12 @@ def test_metrics_count_what_the_jobs_did(rig: Rig) -> None:
         == unknown_cost
     )
     assert value(after, "decisions_requests_in_flight", provider="faux") == 0
+    # The pool processes' group commits, summed: each job opened and claimed, then finished
+    # (a published mark rides on another transaction, or has one of its own: no write).
+    writes = delta(after, before, "decisions_group_commit_writes_total")
+    assert writes == 2 * len(batch)
+    transactions = delta(after, before, "decisions_group_commit_transactions_total")
+    assert 1 <= transactions <= writes + len(batch)
 
     # Fleet gauges, read from the ledger and the escalation stream at scrape time.
     assert value(after, "decisions_fleet_source_up", source="ledger") == 1

@@ -432,3 +432,27 @@ def test_a_mark_waits_its_own_window_not_an_earlier_marks_timer(ledger: Ledger) 
     assert waiting is not None and waiting.published_at is None
     assert marked is not None and marked.published_at is not None
     assert batches == 2  # n1's and n2's transactions, and no third for the mark alone
+
+
+def test_the_transactions_and_writes_are_counted_for_prometheus(ledger: Ledger) -> None:
+    """``decisions_group_commit_transactions_total`` and ``_writes_total`` move with the
+    group's own counts: what an operator divides to see how many writes share a commit."""
+    from prometheus_client import REGISTRY
+
+    def sample(name: str) -> float:
+        return REGISTRY.get_sample_value(name) or 0.0
+
+    names = ("decisions_group_commit_transactions_total", "decisions_group_commit_writes_total")
+    before = [sample(name) for name in names]
+    group = GroupCommit(ledger)
+
+    async def scenario() -> None:
+        await asyncio.gather(*(group.open_and_claim(job=job(f"m{i}"), claim=claim(f"m{i}"))
+                               for i in range(20)))
+        await asyncio.gather(*(group.finish_job(**answered(f"m{i}")) for i in range(20)))
+
+    asyncio.run(scenario())
+    group.close()
+    after = [sample(name) for name in names]
+    assert group.writes == 40 and group.batches >= 2
+    assert [a - b for a, b in zip(after, before, strict=True)] == [group.batches, group.writes]

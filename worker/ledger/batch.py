@@ -183,6 +183,16 @@ class GroupCommit(Batcher):
         super().close()
         self.flush_published()
 
+    def count(self, items: int) -> None:
+        super().count(items)
+        # Imported here: the metrics package is the worker's (and its prometheus-client the
+        # optional [metrics] extra); the ledger is a library too.
+        from worker.observability.metrics.families import families
+
+        recorded = families()
+        recorded.group_commits.inc()
+        recorded.group_commit_writes.inc(items)
+
     def _put_back(self, later: list[str]) -> None:
         # Next batch's, or the reaper's relay if none comes (see ``mark_published_later``).
         with self._lock:

@@ -37,6 +37,8 @@ class Families:
     rate_limited: Counter
     poison: Counter
     ledger_unavailable: Counter
+    group_commits: Counter
+    group_commit_writes: Counter
 
 
 class _Unrecorded:
@@ -137,5 +139,14 @@ def families() -> Families:
             "decisions_ledger_unavailable_total",
             "Ledger writes that failed because the database was unreachable, locked or full",
             ["dialect"],
+        ),
+        group_commits=Counter(
+            "decisions_group_commit_transactions_total",
+            "Ledger transactions of this worker's group commit, which writes the jobs' rows "
+            "(open and claim, finish, published marks): a job alone costs two",
+        ),
+        group_commit_writes=Counter(
+            "decisions_group_commit_writes_total",
+            "Job writes those transactions carried (writes per transaction: how many share one)",
         ),
     )
