@@ -187,3 +187,46 @@ def test_escalations_trimmed_before_any_reviewer_read_them_are_not_counted(
         escalate(r, "j6")  # Redis's lag stays off by the entries trimmed unread, for good
         assert escalation_counts(r) == EscalationCounts(waiting=2, claimed=0)
         assert as_reviewers_see(queue) == EscalationCounts(waiting=2, claimed=0)
+
+
+def test_the_outbox_backlog_counts_only_messages_left_unpublished_past_the_relays_grace(
+    tmp_path: Path,
+) -> None:
+    """``decisions_ledger_jobs_unpublished`` backs ``DecisionsOutboxBacklog`` (> 0 for 10
+    minutes). A job is finished, then published, then marked (the mark rides on the next
+    group commit): counted in that moment, a worker under steady traffic always had some,
+    and the alert fired on a healthy fleet. Only a message still unpublished when the
+    reaper's relay would publish it (``OUTBOX_GRACE_S`` after it finished) is backlog."""
+    from datetime import UTC, datetime, timedelta
+
+    from worker.ledger import CallOutcome
+    from worker.ledger.outbox_rows import OUTBOX_GRACE_S
+    from worker.observability.metrics.fleet import ledger_gauges
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    real = Ledger(url)
+    real.migrate()
+    ago = timedelta(seconds=OUTBOX_GRACE_S + 5)
+    earlier = Ledger(url, clock=lambda: real.now() - ago)
+    for job_id, ledger in (("just-finished", real), ("left-behind", earlier)):
+        ledger.open_job(
+            job_id=job_id, kind="decide", batch="b", reply_to="r", fingerprint="f",
+            deadline=datetime.now(UTC) + timedelta(hours=1), job_json="{}",
+        )
+        ledger.claim(
+            job_id=job_id, step="decide", provider="faux", model=None,
+            request_sha256=None, lease_expires=datetime.now(UTC) + timedelta(minutes=5),
+        )
+        ledger.finish_job(
+            job_id=job_id, message_type="result", reason=None, message_json="{}",
+            outcome=CallOutcome(
+                step="decide", status="answered", receipt_json="{}", outcome_json="{}",
+                cost_usd=None,
+            ),
+        )
+    try:
+        assert ledger_gauges(real).jobs_unpublished == 1  # the one left past the grace
+        assert real.status().jobs_unpublished == 2  # `decisions status` still shows both
+    finally:
+        real.dispose()
+        earlier.dispose()

@@ -16,7 +16,12 @@ from sqlalchemy.engine import Connection
 from worker.ledger.models import UTCDateTime, jobs
 from worker.ledger.rows import JobRow
 
-__all__ = ["UnreadableJob", "unpublished"]
+__all__ = ["OUTBOX_GRACE_S", "UnreadableJob", "unpublished"]
+
+#: How long a stored message may wait for its own delivery to publish it (and mark it
+#: published) before it counts as backlog: the reaper's relay publishes it then, and the
+#: backlog gauge counts it from then on.
+OUTBOX_GRACE_S = 10.0
 
 #: The columns parsed in Python on their way out (SQLite stores them as text).
 _TIMES = tuple(c.name for c in jobs.c if isinstance(c.type, UTCDateTime))

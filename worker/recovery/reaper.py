@@ -41,7 +41,7 @@ from shared.streams import RedisPublisher
 from worker.calibration.intake import store_label_stream
 from worker.kinds.dispatch import Runner
 from worker.ledger import JobRow, Ledger, LedgerUnavailable
-from worker.ledger.outbox_rows import UnreadableJob
+from worker.ledger.outbox_rows import OUTBOX_GRACE_S, UnreadableJob
 from worker.recovery.intake import Recovery
 
 if TYPE_CHECKING:
@@ -58,8 +58,6 @@ __all__ = [
 
 log = structlog.get_logger("decisions.reaper")
 
-#: How long a stored message may wait for its own delivery to publish it before a relay does.
-OUTBOX_GRACE_S = 10.0
 #: Outbox rows read at a time. A round reads page after page, so rows that keep failing (a
 #: stream that refuses them) never hold back the rows behind them.
 OUTBOX_PAGE = 1000

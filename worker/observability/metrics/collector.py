@@ -18,6 +18,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from worker.ledger import CALL_STATUSES, Ledger
+from worker.ledger.outbox_rows import OUTBOX_GRACE_S
 from worker.observability.metrics.fleet import escalation_counts, ledger_gauges
 
 __all__ = ["FleetCollector"]
@@ -77,7 +78,8 @@ class FleetCollector(Collector):
             )
             unpublished = GaugeMetricFamily(
                 "decisions_ledger_jobs_unpublished",
-                "Finished jobs whose terminal message is not published yet (outbox backlog)",
+                f"Jobs finished over {OUTBOX_GRACE_S:g} s ago whose message is still unpublished "
+                "(the outbox backlog, which the reaper's relay publishes)",
                 value=gauges.jobs_unpublished,
             )
             found += [calls, expired, unpublished]

@@ -20,7 +20,7 @@ would take reading every pending entry's body.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import redis
@@ -57,7 +57,8 @@ class LedgerGauges:
 
 
 def ledger_gauges(ledger: Ledger, now: datetime | None = None) -> LedgerGauges:
-    gauges = call_gauges(ledger, now or datetime.now(UTC))
+    # The ledger's clock, which stamped the leases and the finish times compared with it.
+    gauges = call_gauges(ledger, now or ledger.now())
     return LedgerGauges(
         calls_by_status=gauges.calls_by_status,
         claims_expired=gauges.claims_expired,
