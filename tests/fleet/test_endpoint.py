@@ -226,7 +226,7 @@ def test_the_outbox_backlog_counts_only_messages_left_unpublished_past_the_relay
         )
     try:
         assert ledger_gauges(real).jobs_unpublished == 1  # the one left past the grace
-        assert real.status().jobs_unpublished == 2  # `decisions status` still shows both
+        assert real.status().jobs_unpublished == 2  # the ledger's report counts both
     finally:
         real.dispose()
         earlier.dispose()

@@ -28,6 +28,7 @@ from worker.cli.errors import UNEXPECTED, explain
 from worker.cli.option_values import wait_seconds
 from worker.cli.terminal import console
 from worker.ledger import Ledger
+from worker.ledger.outbox_rows import OUTBOX_GRACE_S
 from worker.observability.metrics.fleet import (
     EscalationCounts,
     LedgerGauges,
@@ -131,7 +132,10 @@ def _print(s: FleetStatus) -> None:
         table.add_row("calls in flight (claimed)", str(s.ledger.in_flight))
         table.add_row("  of which lease expired", str(s.ledger.claims_expired))
         table.add_row("calls unknown (all time)", str(s.ledger.calls_by_status.get("unknown", 0)))
-        table.add_row("terminal messages not yet published", str(s.ledger.jobs_unpublished))
+        table.add_row(
+            f"terminal messages unpublished after {OUTBOX_GRACE_S:g} s",
+            str(s.ledger.jobs_unpublished),
+        )
     if s.escalations is not None:
         table.add_section()
         table.add_row("escalations open", str(s.escalations.open))
