@@ -230,3 +230,35 @@ def test_the_outbox_backlog_counts_only_messages_left_unpublished_past_the_relay
     finally:
         real.dispose()
         earlier.dispose()
+
+
+def test_expired_claims_are_judged_by_the_ledgers_clock_not_the_workers(
+    tmp_path: Path,
+) -> None:
+    """Leases are stamped by the ledger's clock. A worker whose own clock ran two hours
+    ahead of the database's counted every claim in flight as expired, and
+    ``DecisionsClaimsExpired`` fired while nothing had died."""
+    from datetime import timedelta
+
+    from worker.observability.metrics.fleet import ledger_gauges
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    behind = timedelta(hours=2)
+    probe = Ledger(url)
+    probe.migrate()
+    ledger = Ledger(url, clock=lambda: probe.now() - behind)  # the database's time
+    try:
+        now = ledger.now()
+        ledger.open_job(
+            job_id="in-flight", kind="decide", batch="b", reply_to="r", fingerprint="f",
+            deadline=now + timedelta(minutes=30), job_json="{}",
+        )
+        ledger.claim(
+            job_id="in-flight", step="decide", provider="faux", model=None,
+            request_sha256=None, lease_expires=now + timedelta(minutes=5),
+        )
+        gauges = ledger_gauges(ledger)
+        assert (gauges.in_flight, gauges.claims_expired) == (1, 0)
+    finally:
+        ledger.dispose()
+        probe.dispose()
