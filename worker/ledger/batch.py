@@ -6,7 +6,8 @@ One transaction each, on a thread pool, costs a transaction's overhead per write
 SQLite, a fight for the write lock between the pool's threads. The first two are awaited
 (the claim is committed before a byte is sent, the terminal message before it is
 published); the mark is not (``mark_published_later``): it rides on the next batch's
-transaction, so a job alone costs two transactions, not three. ``GroupCommit`` has one
+transaction if one comes within ``MARK_WINDOW_S``, so a job alone costs two transactions,
+not three, once jobs come more than 20 a second. ``GroupCommit`` has one
 writer thread (on PostgreSQL a second one, which helps with a backlog only;
 ``worker.process.batching``): a write waits in a queue, the
 thread takes every write waiting (up to ``max_batch``), runs them in ONE transaction,
