@@ -70,6 +70,10 @@ PROBABILITY_SUM_TOLERANCE = 0.02
 _CHOICE_ARGMAX_TOLERANCE = 0.02
 #: Largest error of one probability rounded to two decimals.
 _ROUNDING = 0.005
+#: Slack on every tolerance for binary floats: hundredths summing to 0.98 are
+#: 0.020000000000000018 from 1, and 0.23 - 0.02 is 0.21000000000000002, so a reported value
+#: exactly at a tolerance was refused.
+_FLOAT_SLACK = 1e-9
 
 
 class _Invalid(Exception):
@@ -90,7 +94,7 @@ def score_tolerance(levels: int) -> float:
     Each rounded ``p_i`` is off by at most 0.005, so the weighted sum is off by at most
     ``0.005 * sum(i)``; the score itself is rounded too (another 0.005).
     """
-    return _ROUNDING * levels * (levels - 1) / 2 + _ROUNDING + 1e-9
+    return _ROUNDING * levels * (levels - 1) / 2 + _ROUNDING + _FLOAT_SLACK
 
 
 def decode_answers(
@@ -174,7 +178,7 @@ def _choice(question: Mapping[str, Any], raw: Mapping[str, Any]) -> Answer:
         raise _Invalid("choice is not one of the options offered")
     probabilities = _distribution(raw.get("probabilities"), options, "option")
     top = max(probabilities.values())
-    if probabilities[choice] < top - _CHOICE_ARGMAX_TOLERANCE:
+    if probabilities[choice] < top - _CHOICE_ARGMAX_TOLERANCE - _FLOAT_SLACK:
         raise _Invalid("choice is not the most probable option")
     return _with_confidence(
         raw,
@@ -230,7 +234,7 @@ def _distribution(raw: Any, keys: list[str], what: str) -> dict[str, float]:
     if any(k not in keys for k in raw):
         raise _Invalid(f"probabilities name an {what} that was not offered")
     out = {k: _probability(raw.get(k, 0.0), "probability") for k in keys}
-    if abs(sum(out.values()) - 1.0) > PROBABILITY_SUM_TOLERANCE:
+    if abs(sum(out.values()) - 1.0) > PROBABILITY_SUM_TOLERANCE + _FLOAT_SLACK:
         raise _Invalid(f"probabilities do not sum to 1 (within {PROBABILITY_SUM_TOLERANCE})")
     return out
 
@@ -242,7 +246,7 @@ def _reported_confidence(raw: Mapping[str, Any]) -> float | None:
 
 def _probability(value: Any, what: str) -> float:
     number = _number(value, what)
-    if not -1e-9 <= number <= 1 + 1e-9:
+    if not -_FLOAT_SLACK <= number <= 1 + _FLOAT_SLACK:
         raise _Invalid(f"{what} must be between 0 and 1")
     return _clamp(number)
 

@@ -239,3 +239,40 @@ def test_explicit_refusal_where_refusals_are_explicit_is_refused() -> None:
         {"q": CHOICE}, {"q": {"type": "refusal"}}, provider="t", missing="invalid_response"
     )["q"]
     assert decoded.refused and decoded.value is None
+
+
+@pytest.mark.parametrize(
+    ("shares", "valid"),
+    [
+        # Hundredths as a host rounds them, summing to 0.98 and to 1.02: at the tolerance, so
+        # valid (a float sum of 0.98 is 0.020000000000000018 from 1, and was refused).
+        ([0.0, 0.005, 0.005, 0.285, 0.285, 0.005, 0.395], True),
+        ([0.01, 0.01, 0.3, 0.3, 0.01, 0.39], True),  # 1.02
+        ([0.0, 0.005, 0.005, 0.285, 0.285, 0.005, 0.394], False),  # 0.979
+        ([0.01, 0.01, 0.3, 0.3, 0.01, 0.391], False),  # 1.021
+    ],
+)
+def test_a_distribution_exactly_at_the_sum_tolerance_decodes(
+    shares: list[float], valid: bool
+) -> None:
+    criteria = [f"l{i}" for i in range(len(shares))]
+    question = {"type": "choice", "instructions": "?", "criteria": dict.fromkeys(criteria)}
+    top = criteria[shares.index(max(shares))]
+    probabilities = dict(zip(criteria, shares, strict=True))
+    answer = {"type": "choice", "choice": top, "probabilities": probabilities}
+    if valid:
+        assert _decode(question, answer).value == top
+    else:
+        assert "do not sum to 1" in _invalid(question, answer)
+
+
+def test_a_choice_exactly_at_the_argmax_tolerance_decodes() -> None:
+    # 0.21 is 0.02 below 0.23, within the tolerance; 0.23 - 0.02 is 0.21000000000000002.
+    question = {"type": "choice", "instructions": "?", "criteria": dict.fromkeys("abcde")}
+    shares = {"a": 0.23, "b": 0.21, "c": 0.2, "d": 0.18, "e": 0.18}
+    answer = {"type": "choice", "choice": "b", "probabilities": shares}
+    assert _decode(question, answer).value == "b"
+    shares = {"a": 0.23, "b": 0.2, "c": 0.21, "d": 0.18, "e": 0.18}
+    assert "not the most probable" in _invalid(
+        question, {"type": "choice", "choice": "b", "probabilities": shares}
+    )
