@@ -54,6 +54,15 @@ class ServiceSettings(MaskedRepr):
     max_transport_attempts: int = Field(
         3, ge=1, le=10, description="sends of a provably unsent request"
     )
+    send_floor_quantile: float = Field(
+        0.5,
+        ge=0,
+        lt=1,
+        description="a request is not sent with less time left before its job's deadline than"
+        " this quantile of the provider's last 32 answer times (within a minute): it would"
+        " likely be cut off in flight, its outcome unknown and maybe paid (the job escalates"
+        " deadline_exceeded, nothing sent); 0: send while any time is left",
+    )
     # Decision responses are kilobytes (a 10,000-item sift's answers about one MiB); 256
     # requests in flight at this cap are 4 GiB at worst, against unbounded without one.
     max_response_bytes: int = Field(

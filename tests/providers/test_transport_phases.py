@@ -29,6 +29,7 @@ from worker.providers import (
     send_never_replay,
     was_cancelled,
 )
+from worker.providers.latency import MIN_SAMPLES, RecentLatency
 
 from .loopback import (
     UNRESOLVABLE,
@@ -60,6 +61,7 @@ async def _send(
     seconds: float = 10.0,
     policy: TransportPolicy = POLICY,
     client: httpx.AsyncClient | None = None,
+    latency: RecentLatency | None = None,
 ) -> httpx.Headers:
     own = client is None
     client = client or httpx.AsyncClient()
@@ -74,6 +76,7 @@ async def _send(
             auth=AuthSpec(KEY_VAR),
             policy=policy,
             unknown_cost=COST,
+            latency=latency,
         )
         return response.headers
     finally:
@@ -284,6 +287,42 @@ async def test_deadline_in_flight_is_unknown() -> None:
         exc = await _fails(server.url, seconds=0.3)
     assert exc.code == "outcome_unknown" and server.requests == 1
     assert "deadline" in str(exc)
+
+
+@pytest.mark.parametrize("quantile", [0.5, 0.0])
+async def test_less_time_left_than_answers_take_is_never_sent(quantile: float) -> None:
+    """Answers 0.4 s away; a request with 0.2 s left would be cut off in flight (unknown,
+    maybe paid): it is not sent, and fails as a deadline before a send does. With the floor
+    turned off (quantile 0) it is sent, and cut off."""
+    latency = RecentLatency(quantile)
+    async with LoopbackServer(Reply(delay_s=0.4)) as server:
+        for _ in range(MIN_SAMPLES):
+            await _send(server.url, latency=latency)
+        exc = await _fails(server.url, seconds=0.2, latency=latency)
+        sent = server.requests
+    if quantile:
+        assert 0.4 <= latency.floor_s() < 1.0
+        assert exc.code == "timeout" and call_status(exc) == "not_sent"
+        assert "DECISIONS_SEND_FLOOR_QUANTILE" in str(exc) and exc.attempts == 0
+        assert sent == MIN_SAMPLES, "never sent"
+    else:
+        assert latency.floor_s() == 0.0
+        assert exc.code == "outcome_unknown" and sent == MIN_SAMPLES + 1
+
+
+async def test_the_floor_counts_answers_only_and_starts_after_a_few() -> None:
+    """Failed attempts teach nothing of an answer's time; before ``MIN_SAMPLES`` answers a
+    request is sent however little time is left."""
+    latency = RecentLatency()
+    async with LoopbackServer(Reply(status=500)) as server:
+        for _ in range(MIN_SAMPLES):
+            assert (await _fails(server.url, latency=latency)).code == "outcome_unknown"
+    assert latency.floor_s() == 0.0
+    async with LoopbackServer(Reply(delay_s=0.4)) as server:
+        for _ in range(MIN_SAMPLES - 1):
+            await _send(server.url, latency=latency)
+        exc = await _fails(server.url, seconds=0.2, latency=latency)
+        assert exc.code == "outcome_unknown" and server.requests == MIN_SAMPLES
 
 
 async def test_cancel_in_flight_is_unknown() -> None:

@@ -20,6 +20,7 @@ from worker.providers import (
     read_key,
     send_never_replay,
 )
+from worker.providers.latency import HORIZON_S, MIN_SAMPLES, WINDOW, RecentLatency
 
 NOW = datetime(2026, 10, 30, 12, 0, 0, tzinfo=UTC)
 
@@ -54,6 +55,39 @@ def test_read_key_by_name_at_call_time(monkeypatch: pytest.MonkeyPatch) -> None:
         read_key(AuthSpec("SOME_KEY"), "p")
     assert info.value.code == "configuration" and "SOME_KEY" in str(info.value)
     assert read_key(AuthSpec(None, fixed_key="placeholder"), "p") == "placeholder"
+
+
+def test_the_send_floor_is_a_quantile_of_the_last_answers() -> None:
+    latency = RecentLatency(0.5)
+    for seconds in range(1, MIN_SAMPLES):
+        latency.note(float(seconds))
+    assert latency.floor_s() == 0.0  # too few to say
+    latency.note(8.0)
+    assert latency.floor_s() == 5.0  # the upper median of 1..8
+    for _ in range(WINDOW):  # the provider got faster: the old answers leave the window
+        latency.note(0.25)
+    assert latency.floor_s() == 0.25
+    assert RecentLatency(0.9).floor_s() == 0.0
+    off = RecentLatency(0.0)
+    for _ in range(WINDOW):
+        off.note(3.0)
+    assert off.floor_s() == 0.0
+    with pytest.raises(ValueError, match="quantile"):
+        RecentLatency(1.0)
+
+
+def test_old_answers_stop_counting_so_a_slow_spell_cannot_stop_a_provider_for_good() -> None:
+    # Answers 12 s away, then nothing: jobs of 10 s timeouts are refused (no answer can come
+    # to lower the floor) only until those answers are HORIZON_S old.
+    latency = RecentLatency()
+    for i in range(WINDOW):
+        latency.note(12.0, now=1000.0 + i * 0.1)
+    assert latency.floor_s(now=1010.0) == 12.0
+    assert latency.floor_s(now=1000.0 + HORIZON_S + 1) == 12.0  # the last few still count
+    assert latency.floor_s(now=1010.0 + HORIZON_S) == 0.0
+    for i in range(MIN_SAMPLES):  # the provider answers in 1 s again
+        latency.note(1.0, now=1100.0 + i)
+    assert latency.floor_s(now=1110.0) == 1.0
 
 
 def test_backoff_is_bounded_and_grows() -> None:

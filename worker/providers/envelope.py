@@ -17,6 +17,7 @@ import httpx
 
 from shared.errors import DecisionProviderError
 from shared.replies import Receipt
+from worker.providers.latency import RecentLatency
 from worker.providers.limiter import Limiter
 from worker.providers.outbound import (
     AuthSpec,
@@ -75,6 +76,8 @@ class PaidHttp:
         self.auth = auth
         self.policy = policy
         self.limiter = limiter
+        #: This provider's recent answer times: the floor of time left to send with.
+        self.latency = RecentLatency(policy.send_floor_quantile)
 
     async def post(
         self,
@@ -106,6 +109,7 @@ class PaidHttp:
                 unknown_cost=unknown_cost or UnknownCost(),
                 error_details=error_details,
                 limiter=self.limiter,
+                latency=self.latency,
             )
         except DecisionProviderError as exc:
             exc.receipt = failed(exc, clock)

@@ -60,6 +60,9 @@ class TransportPolicy:
     backoff_max_s: float = 2.0
     #: Longest response body read, decompressed (``DECISIONS_MAX_RESPONSE_BYTES``).
     max_response_bytes: int = 16 * 2**20
+    #: A request is not sent with less time left than this quantile of the provider's
+    #: recent answer times (``worker.providers.latency``); 0: while any time is left.
+    send_floor_quantile: float = 0.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TransportPolicy:
@@ -68,6 +71,7 @@ class TransportPolicy:
             timeout_s=settings.provider_timeout_s,
             max_attempts=settings.max_transport_attempts,
             max_response_bytes=settings.max_response_bytes,
+            send_floor_quantile=settings.send_floor_quantile,
         )
 
     def backoff_s(self, attempt: int) -> float:

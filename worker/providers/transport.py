@@ -24,7 +24,9 @@ every 5xx (529 too), the deadline or a cancel
 ending a request in flight
 deadline reached with nothing in flight          ``timeout``          no
 (before an attempt, during a wait, or while
-still connecting)
+still connecting), or less time left than the
+provider's answers took lately
+(``worker.providers.latency``)
 401, 403                                         ``auth``             refused by the server
 other 4xx (400, 413, 422, ...)                   ``invalid_request``  refused by the server
 301/302/307/308                                  ``configuration``    not processed (wrong
@@ -70,6 +72,7 @@ from worker.http.body import read_body, read_prefix
 from worker.http.connection_pool import drop_read_stream
 from worker.providers.call_errors import provider_error
 from worker.providers.failures import AGAIN, Phase, failure_of
+from worker.providers.latency import RecentLatency
 from worker.providers.limiter import Limiter, NoLimiter
 from worker.providers.observers import observe, replay_miss
 from worker.providers.outbound import (
@@ -123,6 +126,7 @@ class _Call:
         unknown_cost: UnknownCost,
         error_details: ErrorDetailsFn | None,
         limiter: Limiter,
+        latency: RecentLatency | None = None,
     ) -> None:
         self.client = client
         self.request = request
@@ -132,6 +136,7 @@ class _Call:
         self.unknown_cost = unknown_cost
         self.error_details = error_details
         self.limiter = limiter
+        self.latency = latency
         self.attempts = 0
         self.key: str | None = None
         self.started = time.monotonic()
@@ -195,8 +200,19 @@ class _Call:
             raise self.error(
                 "timeout", "the deadline passed waiting for a send slot; nothing was sent"
             )
+        floor = self.latency.floor_s() if self.latency is not None else 0.0
+        if self.remaining() < floor:
+            # Mostly cut off in flight, unknown and maybe paid (``worker.providers.latency``).
+            await self.limiter.release(token)
+            raise self.error(
+                "timeout",
+                f"{max(self.remaining(), 0.0):.2f} s left before the deadline, under the "
+                f"{floor:.2f} s this provider's answers took lately "
+                "(DECISIONS_SEND_FLOOR_QUANTILE); nothing was sent",
+            )
         self.attempts += 1
         phase = Phase()
+        sent_at = time.monotonic()
         cut_by_deadline = budget < self.policy.timeout_s
         try:
             try:
@@ -209,6 +225,8 @@ class _Call:
                     # classified as the send's, after the request left.
                     if 200 <= response.status_code < 300:
                         body = await read_body(response, self.policy.max_response_bytes)
+                        if self.latency is not None:
+                            self.latency.note(time.monotonic() - sent_at)
                     else:
                         # An error's body is only looked into (its kind, a request id): its
                         # start is enough, and a 429 or 500 with a page of megabytes stays
@@ -373,6 +391,7 @@ async def send_never_replay(
     unknown_cost: UnknownCost | None = None,
     error_details: ErrorDetailsFn | None = None,
     limiter: Limiter | None = None,
+    latency: RecentLatency | None = None,
 ) -> TransportResponse:
     """Send ``request`` under the replay policy ``never``; see the module docstring.
 
@@ -389,5 +408,6 @@ async def send_never_replay(
         unknown_cost=unknown_cost or UnknownCost(),
         error_details=error_details,
         limiter=limiter or NoLimiter(),
+        latency=latency,
     )
     return await call.run()
