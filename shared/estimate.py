@@ -56,7 +56,7 @@ from shared.judgments import (
 )
 from shared.message_size import MessageChunks, job_cost
 from shared.packs import pack_key, pack_requests, packed_questions
-from shared.prices import UNKNOWN_PRICE, Price, PriceBasis, price_table
+from shared.prices import BUDGET_SLACK_USD, UNKNOWN_PRICE, Price, PriceBasis, price_table
 from shared.settings import Settings
 from shared.tokens import estimate_tokens
 
@@ -217,9 +217,10 @@ class Estimate:
             return None
         if self.worst_usd is None:
             return "no_maximum"
-        if self.worst_usd <= self.budget_usd:
+        # As the ledger's reservation judges it (``BUDGET_SLACK_USD``).
+        if self.worst_usd <= self.budget_usd + BUDGET_SLACK_USD:
             return "fits"
-        if not self.cost_unknown and self.cost_known_usd <= self.budget_usd:
+        if not self.cost_unknown and self.cost_known_usd <= self.budget_usd + BUDGET_SLACK_USD:
             return "tight"
         return "over"
 

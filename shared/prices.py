@@ -14,6 +14,7 @@ from typing import Final, Literal
 from shared.settings import Settings
 
 __all__ = [
+    "BUDGET_SLACK_USD",
     "FAUX_PRICE_PER_MTOK_USD",
     "UNKNOWN_PRICE",
     "Price",
@@ -21,6 +22,13 @@ __all__ = [
     "default_prices",
     "price_table",
 ]
+
+#: How far what a budget holds may pass its limit: a micro-dollar. Sums of floats drift
+#: (0.1 + 0.1 + 0.1 is 0.30000000000000004 > 0.3, in Python as in SQL), and reservations are
+#: rounded up at 1e-12 (``worker.ledger.budget_ops.ceil_usd``): without it a budget of $0.30
+#: refused the third request of $0.10. A budget is passed by no more than this, once. The
+#: ledger's reservation and the producer's estimate judge a fit alike.
+BUDGET_SLACK_USD: Final = 1e-6
 
 #: The faux's price for its default model (``worker.testing.faux.catalog``: 1e-7 USD a token).
 FAUX_PRICE_PER_MTOK_USD: Final = 0.10

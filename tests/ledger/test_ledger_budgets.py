@@ -126,6 +126,32 @@ def test_a_claim_that_does_not_fit_is_refused_with_the_figures(
     assert committed(ledger) == 0.6  # nothing reserved
 
 
+@pytest.mark.parametrize(
+    ("worst", "limit", "fits"),
+    [
+        (0.1, 0.3, 3),  # 0.1 + 0.1 + 0.1 is 0.30000000000000004 in binary floats
+        (0.07, 0.21, 3),
+        (0.003, 0.009, 3),
+        (0.000123, 0.000369, 3),  # each reserved as 0.000123000001 (ceil_usd)
+        (0.1, 1.0, 10),
+    ],
+)
+def test_a_budget_holds_exactly_as_many_claims_as_fit_it(
+    ledger: Ledger, new_job: Callable[..., JobRow], worst: float, limit: float, fits: int
+) -> None:
+    """Float noise never refuses a claim that fits, and never admits one that does not."""
+    for _ in range(fits):
+        assert claim(ledger, new_job(batch="b").job_id, worst, budget=limit).fresh
+    with pytest.raises(OverBudget):
+        claim(ledger, new_job(batch="b").job_id, worst)
+    assert committed(ledger) == pytest.approx(limit, abs=1e-9)  # passed by no more than that
+    # A day's ceiling is the same statement.
+    for _ in range(fits):
+        claim(ledger, new_job(batch="d").job_id, worst, batch="d", ceiling=limit, provider="p")
+    with pytest.raises(OverBudget):
+        claim(ledger, new_job(batch="d").job_id, worst, batch="d", ceiling=limit, provider="p")
+
+
 def test_raising_the_budget_lets_the_next_claim_through(
     ledger: Ledger, new_job: Callable[..., JobRow]
 ) -> None:

@@ -237,6 +237,14 @@ def test_the_dry_run_says_whether_a_batch_fits() -> None:
     assert estimate(1.0, Settings(max_price_per_mtok_usd={"faux": 0.1})).budget_fit == "fits"
 
 
+def test_the_dry_run_judges_an_exact_fit_as_the_ledger_does() -> None:
+    from shared.estimate import Estimate
+
+    # Three requests of $0.10 worst case under $0.30: 0.30000000000000004 in binary floats.
+    assert Estimate(budget_usd=0.3, worst_usd=0.1 + 0.1 + 0.1).budget_fit == "fits"
+    assert Estimate(budget_usd=0.3, worst_usd=0.300002).budget_fit != "fits"
+
+
 def test_a_stored_estimate_keeps_its_verdict() -> None:
     from shared.estimate import Estimate
 

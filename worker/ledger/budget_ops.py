@@ -12,10 +12,11 @@ the ledger's clock, from settings). Its ``committed_usd`` is what its calls hold
     not_sent                       nothing (released)
 
 - ``reserve``: in the claim's transaction, before a byte leaves. One conditional UPDATE a
-  budget (``committed + worst <= limit``): the database decides a race between workers (on
-  PostgreSQL the second UPDATE waits for the first's commit and re-checks its WHERE on the
-  new row), so no two claims can both take the last dollars. A budget it does not fit undoes
-  what this reservation did and raises ``OverBudget``: nothing is claimed.
+  budget (``committed + worst <= limit``, to a micro-dollar): the database decides a race
+  between workers (on PostgreSQL the second UPDATE waits for the first's commit and
+  re-checks its WHERE on the new row), so no two claims can both take the last dollars. A
+  budget it does not fit undoes what this reservation did and raises ``OverBudget``:
+  nothing is claimed.
 - ``settle``: in the transaction that records a call's outcome, the difference between what
   the call holds now and its reservation. A cost above the reservation (a provider charging
   more than its configured maximum) is booked as it is: the truth wins, and the budget then
@@ -35,6 +36,7 @@ import structlog
 from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.engine import Connection
 
+from shared.prices import BUDGET_SLACK_USD
 from worker.ledger.errors import OverBudget
 from worker.ledger.models import budgets, calls, jobs
 from worker.ledger.rows import SENT_STATUSES, BudgetAsk, BudgetRefusal, CallRow, JobRow
@@ -75,7 +77,10 @@ _RESERVE = (
     .where(
         (budgets.c.scope == bindparam("b_scope"))
         & budgets.c.limit_usd.is_not(None)
-        & (budgets.c.committed_usd + bindparam("b_amount") <= budgets.c.limit_usd)
+        & (
+            budgets.c.committed_usd + bindparam("b_amount")
+            <= budgets.c.limit_usd + BUDGET_SLACK_USD
+        )
     )
     .values(
         committed_usd=budgets.c.committed_usd + bindparam("b_amount"),
