@@ -61,7 +61,8 @@ class TransportPolicy:
     #: Longest response body read, decompressed (``DECISIONS_MAX_RESPONSE_BYTES``).
     max_response_bytes: int = 16 * 2**20
     #: A request is not sent with less time left than this quantile of the provider's
-    #: recent answer times (``worker.providers.latency``); 0: while any time is left.
+    #: recent answer times (``worker.providers.latency``); 0: while any time is left. 0 for
+    #: a policy made without settings; ``DECISIONS_SEND_FLOOR_QUANTILE``'s default is 0.5.
     send_floor_quantile: float = 0.0
 
     @classmethod

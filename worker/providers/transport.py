@@ -396,7 +396,9 @@ async def send_never_replay(
     """Send ``request`` under the replay policy ``never``; see the module docstring.
 
     Returns any 2xx. Every failure is a ``DecisionProviderError`` whose ``attempts`` counts the
-    sends made; an ``outcome_unknown`` one carries ``unknown_cost``.
+    sends made; an ``outcome_unknown`` one carries ``unknown_cost``. ``latency`` (the
+    provider's recent answer times) notes each answer, and no attempt is made with less time
+    left than the floor it gives (``timeout``, nothing sent).
     """
     call = _Call(
         client,
