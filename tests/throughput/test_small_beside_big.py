@@ -8,12 +8,12 @@ worker on two pool processes, one message each, as ``decisions worker`` ran befo
 pool, answered all fifty after the four sifts: this test fails there.)
 
 And a slow provider must not starve jobs for another: its requests fill its own slots
-(``DECISIONS_MAX_IN_FLIGHT`` is per provider), so jobs for a fast one go on beside them, as
-long as the slow provider's jobs waiting for a slot leave room in the worker's reserve
-(``2 x DECISIONS_MAX_IN_FLIGHT`` jobs). A longer backlog of them ahead in the queue fills
-the reserve, and what comes after it waits its turn (measured: twelve jobs for four slots
-held fifty jobs for another provider until the second round of the slow ones ended); README
-"Fleet sizing" says how to give such a provider a broker of its own.
+(``DECISIONS_MAX_IN_FLIGHT`` is per provider), so jobs for a fast one go on beside them. A
+backlog of the slow provider's jobs ahead in the queue, longer than the worker's reserve
+(``2 x DECISIONS_MAX_IN_FLIGHT`` jobs), used to fill the reserve, and what came after it
+waited until the backlog drained; now the messages of a provider whose slots and waiting
+share are full are handed back to the queue (``worker.process.deferral``), so the jobs behind
+are taken.
 
 Real parts: a Redis broker and stream, a PostgreSQL ledger, a ``decisions worker`` and
 ``decisions faux serve`` processes."""
@@ -147,3 +147,42 @@ def test_a_slow_provider_fills_its_own_slots_only(tmp_path: Path) -> None:
 
     waited = _answered_first(order, fast, slow)
     assert not waited, f"{len(waited)} job(s) of the fast provider waited: {order}"
+
+
+def test_a_slow_providers_backlog_does_not_hold_the_jobs_behind_it(tmp_path: Path) -> None:
+    """A worker serving two providers (a fast job first), then twenty-four jobs of one
+    answering in 2 s, four slots: six rounds. Twenty fast jobs queued behind them used to
+    wait for the backlog to drain to the reserve (twenty slow jobs answered first); now the
+    slow messages past the slots and a waiting share go back to the queue, and the fast jobs
+    are taken and answered while the first rounds run."""
+    slots = 4
+    with (
+        redis_database(REDIS_DB),
+        postgres_schema("backlog") as ledger_url,
+        faux_server("--latency-ms", "2000", log=tmp_path / "slow.log") as slow_url,
+        faux_server(log=tmp_path / "fast.log") as fast_url,
+    ):
+        env = _worker_env(ledger_url, fast_url, slow_url, max_in_flight=str(slots))
+        with worker_process(env, "--migrate", log=tmp_path / "worker.log"):
+            client = _client(ledger_url, fast_url)
+            served = client.submit(decide_job("served-first"), reply_to=REPLIES)
+            replies = client.replies(REPLIES, job_ids=served.job_ids, timeout_s=60)
+            assert [reply.type for reply in replies] == ["result"]
+            slow = [f"backlog-{i}" for i in range(6 * slots)]
+            fast = [f"behind-{i}" for i in range(SMALL // 2 - 5)]
+            order = _reply_order(
+                client,
+                [sift_job(job_id, ["one message"], provider="parallel") for job_id in slow],
+                slow_url,
+                slots,
+                fast,
+            )
+        slow_calls = dict(httpx.get(f"{slow_url}/_faux/calls", timeout=5).json())
+
+    last_fast = max(order.index(job_id) for job_id in fast)
+    answered_before = [job_id for job_id in slow if order.index(job_id) < last_fast]
+    assert len(answered_before) <= 2 * slots, (
+        f"{len(answered_before)} slow jobs were answered before the last fast one: {order}"
+    )
+    # Every slow job was sent once, handed back or not.
+    assert sorted(k.split("/")[0] for k in slow_calls) == sorted(slow)

@@ -16,8 +16,9 @@
 
 Slots are per provider so that a slow provider fills only its own: the jobs and requests of
 another provider go on at their own pace. What the broker queues in front of them is
-another matter (messages come in queue order): a provider expected to be slow for long
-belongs on its own worker.
+another matter (messages come in queue order): the loop pool hands a message back to the
+queue when its provider's slots and a waiting share are full (``worker.process.deferral``),
+and a provider expected to be slow for long belongs on its own worker.
 """
 
 from __future__ import annotations

@@ -29,6 +29,9 @@ other work; figures in README "Fleet sizing"):
   What bounds it is CPU per decision: with one job a message, Celery's delivery and
   acknowledgement make a decision cost about three times a chunked one.
 
+A message whose jobs all wait for one provider, whose slots and waiting share are full, is
+handed back to the queue (``worker.process.deferral``) while other providers are served.
+
 What is kept exactly: **late acknowledgement** (a message is acknowledged by Celery's own
 ``Request.on_success``, called only once every job of it has its terminal message published
 and its intake record forgotten, as the task does); **at-most-once** (the ledger decides what
@@ -72,7 +75,9 @@ from concurrent.futures import Future
 from typing import Any
 
 import structlog
+from billiard.einfo import ExceptionInfo
 from celery.concurrency.base import BasePool, apply_target
+from celery.exceptions import Reject
 from celery.worker import state as worker_state
 from kombu.serialization import loads, prepare_accept_content
 
@@ -80,8 +85,9 @@ from shared import keys
 from shared.errors import NotAdmitted
 from worker.observability import tracing
 from worker.process import context
+from worker.process.deferral import Deferrals
 from worker.process.faults import fault_point
-from worker.process.inflight import JobGate
+from worker.process.inflight import JobGate, job_provider
 from worker.process.prefetch import JobPrefetch, message_cost
 from worker.recovery.intake import forget_ran
 
@@ -176,6 +182,8 @@ class LoopPool(BasePool):
         self._ctx = context.current()
         if self._ctx.runner.gate is None:
             self._ctx.runner.gate = JobGate(self._ctx.settings.max_in_flight)
+        # A slow provider's backlog is handed back, not kept (``worker.process.deferral``).
+        self.deferrals = Deferrals(self._ctx.settings.max_in_flight)
         accept = self.app.conf.accept_content if self.app is not None else ["json"]
         self._accept = prepare_accept_content(accept)
         self._acks = _Acks(lambda jobs: forget_ran(self._ctx.intake, jobs))
@@ -198,12 +206,19 @@ class LoopPool(BasePool):
         callback: Callable[..., Any] | None = None,
         accept_callback: Callable[..., Any] | None = None,
         soft_timeout: float | None = None,
+        error_callback: Callable[..., Any] | None = None,
         **_: Any,
     ) -> None:
         args = args or ()
         jobs = self._jobs_of(args)
         if jobs is None:  # not ours, or not a shape this path knows: Celery's own way
             self._start_classic(target, args, kwargs, callback, accept_callback)
+            return
+        providers = [job_provider(raw) for raw in jobs]
+        may_hand_back = error_callback is not None and not self._stopping
+        if not self.deferrals.admit(providers, may_hand_back=may_hand_back):
+            assert error_callback is not None
+            self._hand_back(error_callback)
             return
         if accept_callback is not None:
             # Celery's Request.on_accepted sends an event: on the acks thread, in order
@@ -230,8 +245,18 @@ class LoopPool(BasePool):
                 lambda: self._finish(f, jobs, started, target, args, kwargs, callback, held),
                 ran,
             )
+            self.deferrals.done(providers)
 
         future.add_done_callback(done)
+
+    def _hand_back(self, error_callback: Callable[..., Any]) -> None:
+        """Celery's ``Request.on_failure`` with ``Reject(requeue=True)``, on the acks thread:
+        the message goes to the back of the queue, nothing of it started."""
+        try:
+            raise Reject("its provider's slots and waiting share are full", requeue=True)
+        except Reject:
+            failure = ExceptionInfo()
+        self._acks.put(lambda: error_callback(failure))
 
     def _jobs_of(self, args: tuple[Any, ...]) -> list[Any] | None:
         if len(args) != 6 or args[0] != keys.RUN_JOBS_TASK:
@@ -389,6 +414,7 @@ class LoopPool(BasePool):
                 "max-concurrency": self.limit,
                 "messages-running": messages,
                 "max-in-flight": gate.limit if gate is not None else None,
+                "messages-handed-back": self.deferrals.handed_back,
             }
         )
         return info
