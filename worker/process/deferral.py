@@ -24,9 +24,8 @@ provider's jobs would be cycled through as fast as the broker goes: ``rate_per_s
 hand-backs of a process (a token bucket); past it, a message is kept and waits its turn as
 before. Measured with four slots and a queue of 300 jobs of a provider answering in 3 s: 17
 hand-backs a second (each waits for its way round the consumer), and the worker's CPU 3.1%
-of a core against 1.2% with none. Messages with jobs for
-several providers are never handed back (their jobs cannot be split), nor are any during a
-shutdown.
+of a core against 1.2% with none. Messages with jobs for several providers are never handed
+back (their jobs cannot be split), nor are any during a shutdown.
 """
 
 from __future__ import annotations
