@@ -151,7 +151,7 @@ def test_a_slow_provider_fills_its_own_slots_only(tmp_path: Path) -> None:
 
 def test_a_slow_providers_backlog_does_not_hold_the_jobs_behind_it(tmp_path: Path) -> None:
     """A worker serving two providers (a fast job first), then twenty-four jobs of one
-    answering in 2 s, four slots: six rounds. Twenty fast jobs queued behind them used to
+    answering in 3 s, four slots: six rounds. Twenty fast jobs queued behind them used to
     wait for the backlog to drain to the reserve (twenty slow jobs answered first); now the
     slow messages past the slots and a waiting share go back to the queue, and the fast jobs
     are taken and answered while the first rounds run."""
@@ -159,7 +159,7 @@ def test_a_slow_providers_backlog_does_not_hold_the_jobs_behind_it(tmp_path: Pat
     with (
         redis_database(REDIS_DB),
         postgres_schema("backlog") as ledger_url,
-        faux_server("--latency-ms", "2000", log=tmp_path / "slow.log") as slow_url,
+        faux_server("--latency-ms", "3000", log=tmp_path / "slow.log") as slow_url,
         faux_server(log=tmp_path / "fast.log") as fast_url,
     ):
         env = _worker_env(ledger_url, fast_url, slow_url, max_in_flight=str(slots))
