@@ -21,6 +21,8 @@ Real parts: a Redis broker and stream, a PostgreSQL ledger, a ``decisions worker
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -123,27 +125,36 @@ def test_small_jobs_are_answered_while_big_sifts_run(tmp_path: Path) -> None:
     assert not waited, f"{len(waited)} small job(s) answered only after a sift: {order}"
 
 
-def test_a_slow_provider_fills_its_own_slots_only(tmp_path: Path) -> None:
-    slots = 4
+@contextmanager
+def _slow_and_fast(
+    tmp_path: Path, schema: str, slow_ms: int, slots: int
+) -> Iterator[tuple[Client, str]]:
+    """A worker with ``slots`` per provider: ``faux`` answering at once and ``parallel``
+    (the slow provider) ``slow_ms`` away; yields a client and the slow faux's URL."""
     with (
         redis_database(REDIS_DB),
-        postgres_schema("slowfast") as ledger_url,
-        faux_server("--latency-ms", "5000", log=tmp_path / "slow.log") as slow_url,
+        postgres_schema(schema) as ledger_url,
+        faux_server("--latency-ms", str(slow_ms), log=tmp_path / "slow.log") as slow_url,
         faux_server(log=tmp_path / "fast.log") as fast_url,
     ):
-        # The slow provider: parallel, 5 s an answer.
         env = _worker_env(ledger_url, fast_url, slow_url, max_in_flight=str(slots))
         with worker_process(env, "--migrate", log=tmp_path / "worker.log"):
-            # A round of its slots and half a round waiting: within the reserve (2 x slots).
-            slow = [f"slow-{i}" for i in range(slots + slots // 2)]
-            fast = [f"fast-{i}" for i in range(SMALL)]
-            order = _reply_order(
-                _client(ledger_url, fast_url),
-                [sift_job(job_id, ["one message"], provider="parallel") for job_id in slow],
-                slow_url,
-                slots,
-                fast,
-            )
+            yield _client(ledger_url, fast_url), slow_url
+
+
+def test_a_slow_provider_fills_its_own_slots_only(tmp_path: Path) -> None:
+    slots = 4
+    with _slow_and_fast(tmp_path, "slowfast", 5000, slots) as (client, slow_url):
+        # A round of its slots and half a round waiting: within the reserve (2 x slots).
+        slow = [f"slow-{i}" for i in range(slots + slots // 2)]
+        fast = [f"fast-{i}" for i in range(SMALL)]
+        order = _reply_order(
+            client,
+            [sift_job(job_id, ["one message"], provider="parallel") for job_id in slow],
+            slow_url,
+            slots,
+            fast,
+        )
 
     waited = _answered_first(order, fast, slow)
     assert not waited, f"{len(waited)} job(s) of the fast provider waited: {order}"
@@ -156,27 +167,19 @@ def test_a_slow_providers_backlog_does_not_hold_the_jobs_behind_it(tmp_path: Pat
     slow messages past the slots and a waiting share go back to the queue, and the fast jobs
     are taken and answered while the first rounds run."""
     slots = 4
-    with (
-        redis_database(REDIS_DB),
-        postgres_schema("backlog") as ledger_url,
-        faux_server("--latency-ms", "3000", log=tmp_path / "slow.log") as slow_url,
-        faux_server(log=tmp_path / "fast.log") as fast_url,
-    ):
-        env = _worker_env(ledger_url, fast_url, slow_url, max_in_flight=str(slots))
-        with worker_process(env, "--migrate", log=tmp_path / "worker.log"):
-            client = _client(ledger_url, fast_url)
-            served = client.submit(decide_job("served-first"), reply_to=REPLIES)
-            replies = client.replies(REPLIES, job_ids=served.job_ids, timeout_s=60)
-            assert [reply.type for reply in replies] == ["result"]
-            slow = [f"backlog-{i}" for i in range(6 * slots)]
-            fast = [f"behind-{i}" for i in range(SMALL // 2 - 5)]
-            order = _reply_order(
-                client,
-                [sift_job(job_id, ["one message"], provider="parallel") for job_id in slow],
-                slow_url,
-                slots,
-                fast,
-            )
+    with _slow_and_fast(tmp_path, "backlog", 3000, slots) as (client, slow_url):
+        served = client.submit(decide_job("served-first"), reply_to=REPLIES)
+        replies = client.replies(REPLIES, job_ids=served.job_ids, timeout_s=60)
+        assert [reply.type for reply in replies] == ["result"]
+        slow = [f"backlog-{i}" for i in range(6 * slots)]
+        fast = [f"behind-{i}" for i in range(SMALL // 2 - 5)]
+        order = _reply_order(
+            client,
+            [sift_job(job_id, ["one message"], provider="parallel") for job_id in slow],
+            slow_url,
+            slots,
+            fast,
+        )
         slow_calls = dict(httpx.get(f"{slow_url}/_faux/calls", timeout=5).json())
 
     last_fast = max(order.index(job_id) for job_id in fast)
