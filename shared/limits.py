@@ -38,8 +38,9 @@ limit                      default    what it bounds (setting)
 ``MAX_IMAGE_BYTES``        16 MiB     one image, decoded (the System One hosts' limit)
 =========================  =========  ================================================
 
-Sizes are compact JSON in UTF-8 (escapes and number digits estimated), so a limit holds to
-within a few bytes a value; a provider's own limit is measured exactly before sending.
+Sizes are the bytes of compact JSON in UTF-8 (``shared.strict_json.dumps``), escapes and
+digits included, so a limit holds to the byte; a provider's own limit is measured again on
+what it is sent.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from typing import Any, Final
 from shared.canonical import canonical_bytes
 from shared.errors import FieldProblem
 from shared.settings import Settings, get_settings
-from shared.strict_json import DuplicateKeys, measure
+from shared.strict_json import DuplicateKeys, measure, string_size
 
 __all__ = [
     "MAX_BUDGET_USD",
@@ -187,12 +188,14 @@ def job_problems(raw: Any, limits: Limits | None = None) -> list[FieldProblem]:
     if isinstance(raw, DuplicateKeys):
         names = ", ".join(repr(k)[:40] for k in raw.duplicates[:3])
         problems.append(FieldProblem("(job)", f"names a field twice ({names})"))
-    total = 0
+    total = 1 if raw else 2  # the braces, less the comma counted with every field but one
     for key, value in raw.items():
         if not isinstance(key, str) or len(key) > MAX_ID_CHARS:
             problems.append(FieldProblem("(job)", "a field name that is not a short string"))
             continue
+        total += string_size(key) + 2  # "key": and a comma
         if key in _TYPED and isinstance(value, date):
+            total += len(value.isoformat()) + 2
             continue
         rule = _FIELDS.get(key)
         if rule is None and type(value) is str and value.isascii():
@@ -206,7 +209,7 @@ def job_problems(raw: Any, limits: Limits | None = None) -> list[FieldProblem]:
                         ),
                     )
                 )
-            total += len(value) + 2  # the common short field (id, kind, reply_to...): no walk
+            total += string_size(value)  # the common short field (id, kind...): no walk
             continue
         bound, strings, setting = rule or ("string_bytes", True, "")
         max_bytes = getattr(limits, bound)

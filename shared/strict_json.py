@@ -15,7 +15,10 @@ is named where it is:
 - ``measure`` walks a value with an explicit stack (never recursion: a hostile value may be
   thousands of levels deep) and reports the first thing that is not strict JSON, or that
   breaks the depth, size or string limits it is given, with its path (``state.a[3]``),
-  together with the value's size. ``shared.limits`` applies it to each field of a job.
+  together with the value's size: the exact bytes of its compact JSON in UTF-8 (``dumps``),
+  escapes, digits and separators included, so that a size limit holds to the byte. A size
+  estimated per value (every number 8 bytes, every character one) let a string of control
+  characters pass its limit six times over. ``shared.limits`` applies it to each field.
 
 The standard library's decoder does the parsing (in C); only the marks are Python. No JSON
 library on PyPI reports duplicate keys with their place; orjson and simdjson keep the last.
@@ -28,6 +31,7 @@ import math
 import re
 import secrets
 from dataclasses import dataclass
+from json.encoder import encode_basestring
 from typing import Any, Final
 
 from shared.errors import NotStrictJSON
@@ -44,6 +48,7 @@ __all__ = [
     "loads",
     "measure",
     "strict_loads",
+    "string_size",
 ]
 
 #: Integers with more digits than this are refused: many readers hold numbers as doubles,
@@ -175,9 +180,10 @@ def dumps(value: Any) -> str:
 
 @dataclass(slots=True)
 class Measure:
-    """What ``measure`` found: the value's size (its compact JSON, UTF-8; escapes and number
-    digits estimated), its depth, how many objects it holds, and the first problem as
-    ``(path, message)`` (``None``: strict JSON within the limits)."""
+    """What ``measure`` found: the value's size (the bytes of its compact JSON in UTF-8, as
+    ``dumps`` writes it), its depth, how many objects it holds, and the first problem as
+    ``(path, message)`` (``None``: strict JSON within the limits). When a problem stopped
+    the walk, ``size`` counts only what was walked."""
 
     size: int = 0
     depth: int = 0
@@ -202,8 +208,10 @@ def _path(chain: Any, last: Any = None) -> str:
 
 
 _PATH_PARTS = 8
-_SCALAR_SIZE = 8  # a number, true, false or null, on average
 _CONTAINERS = (dict, list, tuple)
+#: What ``dumps`` writes as an escape: two bytes (a quote, \n) or six (\u001f).
+_ESCAPED = re.compile(r'["\\\x00-\x1f]')
+_ESCAPE_CHUNK = 1 << 16  # escape long strings a slice at a time: bounded memory
 
 
 def _utf8_len(text: str) -> int:
@@ -214,6 +222,30 @@ def _utf8_len(text: str) -> int:
         return len(text.encode("utf-8"))
     except UnicodeEncodeError:
         return -1
+
+
+def _escapes(text: str) -> int:
+    """The bytes ``dumps`` adds to ``text`` by escaping it (0 for most text).
+
+    Escapes are per character, so the walk joins a value's strings and escapes them in one
+    call (a call a string doubled the walk's cost); a long text goes a slice at a time, so
+    that a string of quotes costs no more memory than a slice of six times its size."""
+    if len(text) <= _ESCAPE_CHUNK:  # most values: one call, no search before it (slower)
+        return len(encode_basestring(text)) - len(text) - 2  # the C escaper dumps uses
+    if _ESCAPED.search(text) is None:
+        return 0
+    extra = 0
+    for start in range(0, len(text), _ESCAPE_CHUNK):
+        part = text[start : start + _ESCAPE_CHUNK]
+        extra += len(encode_basestring(part)) - len(part) - 2
+    return extra
+
+
+def string_size(text: str) -> int:
+    """The bytes of ``text`` as a JSON string (quotes, escapes, UTF-8); -1 for a lone
+    surrogate."""
+    n = len(text) if text.isascii() else _utf8_len(text)
+    return n if n < 0 else n + 2 + _escapes(text)
 
 
 def _string_problem(n: int, max_string: int | None) -> str:
@@ -229,13 +261,15 @@ def _other(item: Any) -> int | str:
     kind = type(item)
     if kind is float:
         if math.isfinite(item):
-            return _SCALAR_SIZE
+            return len(float.__repr__(item))  # what json writes
         return f"{item!r} is not a JSON number (NaN and Infinity are refused)"
     if kind is int:
         if item.bit_length() > _MAX_INT_BITS:
             return f"an integer of over {MAX_INT_DIGITS} digits"
-        return _SCALAR_SIZE
-    if item is None or kind is bool:
+        return len(int.__repr__(item))
+    if item is None or item is True:
+        return 4  # null, true
+    if item is False:
         return 5
     return f"a {kind.__name__}, not a JSON value"
 
@@ -264,7 +298,7 @@ def measure(
         if type(value) is str:
             n = -2 if value == CLIPPED else _utf8_len(value)
             if 0 <= n <= longest:
-                found.size = n + 2
+                found.size = n + 2 + _escapes(value)
             else:
                 found.problem = (path, _string_problem(n, max_string))
         else:
@@ -282,6 +316,8 @@ def measure(
     deepest = 0
     objects = 0
     problem: tuple[str, str] | None = None
+    texts: list[str] = []  # keys and strings whose escapes are not counted yet
+    pending = 0  # their characters
     while stack:
         node, depth, chain = stack.pop()
         if depth > max_depth:
@@ -289,7 +325,9 @@ def measure(
             break
         if depth > deepest:
             deepest = depth
-        size += 2
+        # The brackets, less the separator counted with every item but one (each item's
+        # size below includes its comma).
+        size += 1 if node else 2
         if isinstance(node, dict):
             objects += 1
             if type(node) is DuplicateKeys:
@@ -304,7 +342,9 @@ def measure(
                 if n < 0 or n > longest:
                     problem = (_path(chain), "a key: " + _string_problem(n, max_string))
                     break
-                size += n + 4
+                size += n + 4  # "key": and a comma
+                texts.append(key)
+                pending += n
                 if type(item) is str:
                     n = len(item) if item.isascii() else _utf8_len(item)
                     if n == _CLIPPED_LEN and item == CLIPPED:
@@ -313,7 +353,11 @@ def measure(
                         problem = (_path(chain, key), _string_problem(n, max_string))
                         break
                     size += n + 2
-                elif item is None or item is True or item is False:
+                    texts.append(item)
+                    pending += n
+                elif item is None or item is True:
+                    size += 4
+                elif item is False:
                     size += 5
                 elif isinstance(item, _CONTAINERS):
                     stack.append((item, depth + 1, (chain, key)))
@@ -333,7 +377,11 @@ def measure(
                         problem = (_path(chain, index), _string_problem(n, max_string))
                         break
                     size += n + 3
-                elif item is None or item is True or item is False:
+                    texts.append(item)
+                    pending += n
+                elif item is None or item is True:
+                    size += 5
+                elif item is False:
                     size += 6
                 elif isinstance(item, _CONTAINERS):
                     size += 1
@@ -346,6 +394,10 @@ def measure(
                     size += other + 1
         if problem is not None:
             break
+        if pending > _ESCAPE_CHUNK or not stack:
+            size += _escapes("".join(texts))
+            texts.clear()
+            pending = 0
         if size > limit:
             problem = (path, f"over {max_bytes} bytes of JSON")
             break
