@@ -421,3 +421,41 @@ def test_group_commit_reserves_each_new_job_and_refuses_alone(ledger: Ledger) ->
     assert free is not None and free.reserved_usd is None
     for refusal in refused:
         assert refusal.worst_usd == 0.4 and refusal.committed_usd == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize("path", ["claim", "open_and_claim"])
+def test_a_refused_first_claim_leaves_its_batch_budget_on_every_path(
+    ledger: Ledger, new_job: Callable[..., JobRow], path: str
+) -> None:
+    """A job's ``budget_usd`` that cannot take even the first request still sets the batch's
+    budget, whichever write refused it: ``decisions budget show`` names what refused the
+    batch, and the refusal's figures are the budget's."""
+    ask = BudgetAsk(worst_usd=0.6, batch="b", batch_budget_usd=0.5)
+    if path == "claim":
+        job = new_job(batch="b")
+        with pytest.raises(OverBudget):
+            claim(ledger, job.job_id, 0.6, budget=0.5)
+    else:
+        _, refusal = ledger.open_and_claim(
+            job={
+                "job_id": "first",
+                "kind": "decide",
+                "batch": "b",
+                "reply_to": "r",
+                "fingerprint": "f",
+                "deadline": later(),
+                "job_json": "{}",
+            },
+            claim={
+                "step": "decide",
+                "provider": "faux",
+                "model": None,
+                "request_sha256": "s",
+                "lease_expires": later(),
+                "budget": ask,
+            },
+        )
+        assert refusal is not None and not isinstance(refusal, Claim)
+    figures = ledger.budget("b")
+    assert figures is not None
+    assert (figures.limit_usd, figures.committed_usd, figures.calls_in_flight) == (0.5, 0.0, 0)

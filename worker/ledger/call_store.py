@@ -12,7 +12,7 @@ from datetime import datetime
 from sqlalchemy.engine import Connection
 
 from worker.ledger import call_ops, leases, pack_ops
-from worker.ledger.errors import ClaimLost
+from worker.ledger.errors import ClaimLost, OverBudget
 from worker.ledger.models import calls, to_utc
 from worker.ledger.pack_ops import MemberClaim, MemberFinish, PackClaim
 from worker.ledger.rows import BudgetAsk, CallOutcome, CallRow, Claim, JobRow
@@ -51,17 +51,24 @@ class CallMethods:
         claimed.
         """
         with self.transaction() as conn:
-            return call_ops.claim_call(
-                conn,
-                job_id=job_id,
-                step=step,
-                provider=provider,
-                model=model,
-                request_sha256=request_sha256,
-                lease_expires=lease_expires,
-                now=self.now(),
-                budget=budget,
-            )
+            try:
+                return call_ops.claim_call(
+                    conn,
+                    job_id=job_id,
+                    step=step,
+                    provider=provider,
+                    model=model,
+                    request_sha256=request_sha256,
+                    lease_expires=lease_expires,
+                    now=self.now(),
+                    budget=budget,
+                )
+            except OverBudget as over:
+                refused = over  # raised once the budget the job's budget_usd set is committed
+        # Nothing is claimed or reserved, but the budget a job's ``budget_usd`` created stays,
+        # as on the group commit's path (which goes on after a refusal) and ``open_and_claim``'s:
+        # ``decisions budget show`` then names what refused the batch on every path.
+        raise refused
 
     def claim_pack(
         self,
