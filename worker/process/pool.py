@@ -45,8 +45,8 @@ unacknowledged (the transport puts it back when the connection closes); a cold o
 requests in flight off, and their calls are booked ``unknown`` by the next delivery.
 
 The acknowledgement, Celery's events (when a monitor turns them on) and the intake's forget
-are blocking Redis calls: one thread (``decisions-acks``) does them in order, so the loop
-never waits on them.
+are blocking Redis calls: one thread (``worker.process.acks``) does them in order, so the
+loop never waits on them.
 
 Cost per single-job decision (``make bench`` open loop, 100/s offered, PostgreSQL, the same
 loaded 2-core machine, A/B against the code before, figures in README "Fleet sizing"): 13.7
@@ -67,7 +67,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -85,18 +84,17 @@ from shared import keys
 from shared.errors import NotAdmitted
 from worker.observability import tracing
 from worker.process import context
+from worker.process.acks import AckThread
 from worker.process.deferral import Deferrals
 from worker.process.faults import fault_point
 from worker.process.inflight import JobGate, job_provider
 from worker.process.prefetch import JobPrefetch, message_cost
 from worker.recovery.intake import forget_ran
 
-__all__ = ["ACK_THREAD", "LoopPool", "message_jobs"]
+__all__ = ["LoopPool", "message_jobs"]
 
 log = structlog.get_logger("decisions.pool")
 
-#: The thread that acknowledges messages (and sends Celery's events) for the loop.
-ACK_THREAD = "decisions-acks"
 #: How long after Celery cancels a request the pool looks whether it is a cold shutdown.
 TERMINATE_LOOK_S = 0.05
 #: How long a warm shutdown waits for the messages started (past it, the task hard time
@@ -113,59 +111,6 @@ def message_jobs(args: Any, kwargs: Any) -> list[Any] | None:
     else:
         return None
     return jobs if isinstance(jobs, list) else [jobs]
-
-
-class _Acks:
-    """One daemon thread running callbacks in order (a daemon: a cold shutdown is not held).
-
-    A callback may name jobs that ran (``put(fn, ran=jobs)``): the intake records of every
-    such callback waiting are forgotten in one Redis call before any of them runs (one
-    round trip for many messages, where the task makes one a message)."""
-
-    #: Callbacks taken at once, at most.
-    BATCH = 256
-
-    def __init__(self, forget: Callable[[list[Any]], None]) -> None:
-        self._forget = forget
-        self._queue: queue.SimpleQueue[tuple[Callable[[], None], list[Any] | None] | None] = (
-            queue.SimpleQueue()
-        )
-        self._thread = threading.Thread(target=self._run, name=ACK_THREAD, daemon=True)
-        self._thread.start()
-
-    def put(self, fn: Callable[[], None], ran: list[Any] | None = None) -> None:
-        self._queue.put((fn, ran))
-
-    def _run(self) -> None:
-        while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            batch = [first]
-            stop = False
-            while len(batch) < self.BATCH:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    stop = True
-                    break
-                batch.append(item)
-            ran = [job for _fn, jobs in batch if jobs for job in jobs]
-            if ran:
-                self._forget(ran)  # best effort (worker.recovery.intake): never raises
-            for fn, _jobs in batch:
-                try:
-                    fn()
-                except Exception:  # a callback's bug must not stop every later acknowledgement
-                    log.exception("pool.callback_failed")
-            if stop:
-                return
-
-    def close(self, timeout_s: float) -> None:
-        self._queue.put(None)
-        self._thread.join(timeout_s)
 
 
 class LoopPool(BasePool):
@@ -186,7 +131,7 @@ class LoopPool(BasePool):
         self.deferrals = Deferrals(self._ctx.settings.max_in_flight)
         accept = self.app.conf.accept_content if self.app is not None else ["json"]
         self._accept = prepare_accept_content(accept)
-        self._acks = _Acks(lambda jobs: forget_ran(self._ctx.intake, jobs))
+        self._acks = AckThread(lambda jobs: forget_ran(self._ctx.intake, jobs))
         # Given Celery's QoS by the consumer's ``PrefetchStep`` once it has one.
         self.prefetch = JobPrefetch()
         self._lock = threading.Lock()
@@ -295,7 +240,7 @@ class LoopPool(BasePool):
         try:
             error = future.exception()
             if error is None:
-                # Their intake records are forgotten already (``_Acks``): what the task's
+                # Their intake records are forgotten already (``AckThread``): what the task's
                 # ``after_run`` does, for a batch of messages at once.
                 for raw in jobs:
                     if isinstance(raw, dict):
