@@ -456,3 +456,44 @@ def test_the_transactions_and_writes_are_counted_for_prometheus(ledger: Ledger) 
     after = [sample(name) for name in names]
     assert group.writes == 40 and group.batches >= 2
     assert [a - b for a, b in zip(after, before, strict=True)] == [group.batches, group.writes]
+
+
+def test_marks_put_back_after_an_outage_are_written_by_the_next_marks_window(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mark's batch that met an outage puts its marks back; the marks that come after
+    them must still get a window of their own. Before, a mark arriving on a list that was
+    not empty armed no timer, so with no other write coming none of them was written (the
+    reaper's relay found them minutes later)."""
+    for job_id in ("before", "after"):
+        ledger.open_job(**job(job_id))
+        ledger.claim(**claim(job_id))
+        ledger.finish_job(**answered(job_id))
+    window = 0.05
+    group = GroupCommit(ledger, mark_window_s=window)
+    real = ledger.transaction
+    down = {"on": True}
+
+    def transaction(**kwargs: Any) -> Any:
+        if down["on"]:
+            raise LedgerUnavailable("ledger down (test)")
+        return real(**kwargs)
+
+    monkeypatch.setattr(ledger, "transaction", transaction)
+
+    async def scenario() -> tuple[Any, Any]:
+        group.mark_published_later("before")
+        await asyncio.sleep(window * 4)  # its window's batch met the outage: put back
+        down["on"] = False
+        group.mark_published_later("after")
+        for _ in range(100):
+            await asyncio.sleep(window)
+            after = ledger.get_job("after")
+            if after is not None and after.published_at is not None:
+                break
+        return ledger.get_job("before"), ledger.get_job("after")
+
+    before, after = asyncio.run(scenario())
+    group.close()
+    assert after is not None and after.published_at is not None
+    assert before is not None and before.published_at is not None

@@ -115,6 +115,8 @@ class GroupCommit(Batcher):
         self._later: list[str] = []
         #: Which list of marks the newest timer is for: one per list's first mark.
         self._window = 0
+        #: Marks were put back after an outage with no timer of theirs: the next mark arms one.
+        self._unarmed = False
 
     # --- the methods, awaitable -----------------------------------------------------------
 
@@ -144,8 +146,9 @@ class GroupCommit(Batcher):
         no-op, then marks it, as after a crash between a publish and its mark today."""
         with self._lock:
             self._later.append(job_id)
-            first = len(self._later) == 1
+            first = len(self._later) == 1 or self._unarmed
             if first:
+                self._unarmed = False
                 self._window += 1
                 window = self._window
         if first:
@@ -195,9 +198,11 @@ class GroupCommit(Batcher):
         recorded.group_commit_writes.inc(items)
 
     def _put_back(self, later: list[str]) -> None:
-        # Next batch's, or the reaper's relay if none comes (see ``mark_published_later``).
+        # Next batch's, or the next mark's window (not a timer now: during an outage that
+        # would retry every window), or the reaper's relay if neither comes.
         with self._lock:
             self._later[:0] = later
+            self._unarmed = True
 
     # --- one batch, in the writer thread --------------------------------------------------
 
