@@ -32,7 +32,7 @@ whether the jobs' ``budget_usd`` holds the batch: ``fits`` (even at the worst ca
 ``tight`` (at the estimate, not at the worst case: requests in flight at once may be
 refused), ``over`` (the estimate passes it: part of the batch will escalate
 ``budget_exhausted``) or ``no_maximum`` (a provider with no known maximum cannot run under a
-budget).
+budget; or menu jobs, whose model calls are known only as they run, each reserved then).
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ class Estimate:
             self.jobs += 1
             if isinstance(job, MenuJob):
                 self.menu_jobs += 1
-                self.worst_usd = None  # a chat runtime has no known maximum
+                self.worst_usd = None  # its model calls are known only as it runs
             if self.budget_usd is None:
                 self.budget_usd = job.budget_usd
         for planned in requests:

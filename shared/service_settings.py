@@ -125,7 +125,8 @@ class ServiceSettings(MaskedRepr):
         description='most a provider may charge per million request tokens, by provider (JSON:'
         ' {"openrouter": 0.5}); a request\'s worst case is its bytes at that price (TypeSafe,'
         " OpenAI and priced hosts default to their price; Parallel is its list price a "
-        "request). A provider with neither cannot run under a budget",
+        "request). A provider with neither cannot run under a budget. A menu runtime's "
+        "entry is its price for input and output tokens alike (the higher of the two)",
     )
     daily_ceiling_usd: dict[str, Usd] = Field(
         default_factory=dict,
@@ -145,6 +146,15 @@ class ServiceSettings(MaskedRepr):
     openai_chat_model: str | None = Field(None, description="OpenAI chat model default")
     chat_hosts: dict[str, ChatHost] = Field(
         default_factory=dict, description="extra chat-completions hosts, by runtime name (JSON)"
+    )
+    menu_max_output_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=10_000_000,
+        description="the most tokens a menu's model call may answer with, sent with every "
+        "chat request (max_tokens; max_completion_tokens to OpenAI); with the runtime's "
+        "max_price_per_mtok_usd it bounds a call's cost, so that menu jobs can run under a "
+        "budget or a daily ceiling (unset: they cannot)",
     )
 
     @model_validator(mode="after")

@@ -230,6 +230,10 @@ class ChatHost(MaskedRepr):
     path: str = "/v1/chat/completions"
     #: Ask for usage accounting in the body (OpenRouter's ``usage: {include: true}``).
     usage_include: bool = False
+    #: The body field that bounds a reply's tokens (``DECISIONS_MENU_MAX_OUTPUT_TOKENS``):
+    #: OpenAI's own API takes ``max_completion_tokens`` (its reasoning models refuse
+    #: ``max_tokens``); vLLM and most others take ``max_tokens``.
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
 
 
 class ProviderLimit(BaseModel):

@@ -167,3 +167,17 @@ def test_menu_calls_reads_the_last_menu_shown() -> None:
     assert [c["call"] for c in calls] == ["refund", "close", "plan"]
     assert calls[0]["args"] == {"order": "<str>", "amount": 0.0}
     assert menu_calls([{"role": "user", "content": "no menu"}]) == []
+
+
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+def test_a_reply_is_cut_at_the_bound_the_request_sets(server: FauxServer, field: str) -> None:
+    body = {"model": "m", "messages": menu_messages()}
+    whole = chat(server, body).json()
+    assert whole["usage"]["completion_tokens"] > 2
+    cut = chat(server, {**body, field: 2}).json()
+    [choice] = cut["choices"]
+    assert choice["finish_reason"] == "length" and cut["usage"]["completion_tokens"] == 2
+    assert len(choice["message"]["content"]) <= 8  # two tokens' worth, no more
+    for bad in (0, -1, 1.5, "10", True):
+        refused = chat(server, {**body, field: bad})
+        assert refused.status_code == 400 and field in refused.text, bad

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import ClassVar, Final
 
@@ -79,6 +79,11 @@ class ChatConfig:
     usage_include: bool = False
     #: A key given directly (wins over the variable), or the faux's placeholder.
     fixed_key: str | None = field(default=None, repr=False)
+    #: The most tokens a reply may hold, sent as ``max_tokens_field`` (None: not sent).
+    max_output_tokens: int | None = None
+    max_tokens_field: str = "max_tokens"
+    #: The most a million tokens, input or output, may cost (None: no known maximum).
+    max_price_per_mtok_usd: float | None = None
 
     @property
     def url(self) -> str:
@@ -101,6 +106,7 @@ class ChatConfig:
             base_url=settings.openai_base_url,
             key_env="OPENAI_API_KEY",
             default_model=settings.openai_chat_model,
+            max_tokens_field="max_completion_tokens",  # its reasoning models refuse max_tokens
         )
 
     @classmethod
@@ -126,7 +132,27 @@ class ChatConfig:
             default_model=host.default_model,
             models=tuple(host.models),
             usage_include=host.usage_include,
+            max_tokens_field=host.max_tokens_field,
         )
+
+    def bounded(self, settings: Settings) -> ChatConfig:
+        """This host with the settings' bounds on a call's cost: the reply's tokens
+        (``menu_max_output_tokens``) and the price of its dearest token
+        (``max_price_per_mtok_usd`` by this runtime's name)."""
+        price = settings.max_price_per_mtok_usd.get(self.name, self.max_price_per_mtok_usd)
+        return replace(
+            self, max_output_tokens=settings.menu_max_output_tokens, max_price_per_mtok_usd=price
+        )
+
+    @property
+    def unbounded(self) -> str | None:
+        """What a call's cost lacks to have a known maximum (None: it has one)."""
+        missing = []
+        if self.max_output_tokens is None:
+            missing.append("DECISIONS_MENU_MAX_OUTPUT_TOKENS")
+        if self.max_price_per_mtok_usd is None:
+            missing.append(f'DECISIONS_MAX_PRICE_PER_MTOK_USD (e.g. {{"{self.name}": 15}})')
+        return " and ".join(missing) or None
 
 
 @dataclass(frozen=True)
@@ -224,11 +250,23 @@ class ChatRuntime:
             body["tools"] = [t.to_json() for t in tools]
         if self.config.usage_include:
             body["usage"] = {"include": True}
+        if self.config.max_output_tokens is not None:
+            body[self.config.max_tokens_field] = self.config.max_output_tokens
         data = canonical_bytes(body)
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if call_key:
             headers[CALL_KEY_HEADER] = header_value(call_key)
         return PreparedChat(self.name, chosen, self.config.url, data, sha256_hex(data), headers)
+
+    def worst_cost(self, prepared: PreparedChat) -> float | None:
+        """The most ``prepared`` can cost (what a budget reserves before it is sent): its
+        bytes (a token is at least a byte) and the reply's bound, at the dearest token; None
+        without both bounds (``ChatConfig.unbounded``)."""
+        config = self.config
+        if config.max_output_tokens is None or config.max_price_per_mtok_usd is None:
+            return None
+        tokens = len(prepared.body) + config.max_output_tokens
+        return tokens * config.max_price_per_mtok_usd / 1_000_000
 
     async def send(
         self, prepared: PreparedChat, deadline: datetime, *, step: str = "chat"

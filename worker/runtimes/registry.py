@@ -42,7 +42,9 @@ class RuntimeRegistry(NamedRegistry[ChatRuntime]):
         cls, settings: Settings, policy: TransportPolicy, limiter: Limiter | None
     ) -> Entries[ChatRuntime]:
         def runtime(config: ChatConfig, client: httpx.AsyncClient) -> ChatRuntime:
-            return ChatRuntime(config, http=client, policy=policy, limiter=limiter)
+            return ChatRuntime(
+                config.bounded(settings), http=client, policy=policy, limiter=limiter
+            )
 
         return Entries(
             faux=lambda client: runtime(ChatConfig.faux(settings), client),
@@ -63,6 +65,12 @@ class RuntimeRegistry(NamedRegistry[ChatRuntime]):
             return [FieldProblem("runtime.provider", self.unknown(name))]
         problem = runtime.model_problem(model)
         return [FieldProblem("runtime.model", problem)] if problem else []
+
+    def unbounded(self, provider: str | None) -> str | None:
+        """What a menu job's runtime lacks for its calls' cost to have a known maximum
+        (``ChatConfig.unbounded``); None when it has one, or is unknown (``check`` says)."""
+        runtime = self._items.get(provider or self.default_name)
+        return None if runtime is None else runtime.config.unbounded
 
     def describe(self) -> list[dict[str, Any]]:
         """One row per runtime: never a key, only the variable it is read from."""

@@ -81,6 +81,14 @@ _FIT = {
     "(set DECISIONS_MAX_PRICE_PER_MTOK_USD for it)",
 }
 
+#: A menu's model calls are known only as it runs: each reserves its worst case then.
+_MENUS = (
+    "not known before it runs: a menu job's model calls are counted as they are made, each "
+    "reserving its worst case (DECISIONS_MENU_MAX_OUTPUT_TOKENS and the runtime's "
+    "DECISIONS_MAX_PRICE_PER_MTOK_USD; without them a menu job cannot run under a budget), "
+    "and a call the budget cannot take escalates budget_exhausted, unsent"
+)
+
 
 def budget_line(estimate: Estimate) -> str | None:
     """Whether the batch fits its ``budget_usd`` (None: it has none)."""
@@ -88,9 +96,12 @@ def budget_line(estimate: Estimate) -> str | None:
     if fit is None or estimate.budget_usd is None:
         return None
     worst = "unknown" if estimate.worst_usd is None else f"${estimate.worst_usd:.6f}"
+    verdict = _FIT[fit]
+    if fit == "no_maximum" and estimate.menu_jobs:
+        verdict = _MENUS
     return (
         f"budget ${estimate.budget_usd:.6f}, estimate ${estimate.cost_known_usd:.6f}"
-        f"{' + unknown' if estimate.cost_unknown else ''}, worst case {worst}: {_FIT[fit]}"
+        f"{' + unknown' if estimate.cost_unknown else ''}, worst case {worst}: {verdict}"
     )
 
 

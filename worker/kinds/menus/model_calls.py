@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from shared.errors import DecisionProviderError
 from shared.menus import Message, ModelReply, ModelStep, ToolSpec
-from shared.replies import Receipt
+from shared.replies import EscalationMessage, Receipt
 from worker.delivery import (
     budget_ask,
     call_status,
@@ -46,8 +46,10 @@ class ModelCalls(RunBase):
         )
 
     async def claim_call(self, step: str, prepared: PreparedChat) -> Claim | JobRow | End:
-        """The model call's claim; a chat runtime has no known maximum, so under a budget
-        (the batch's, or a daily ceiling for the runtime) it is refused: nothing sent."""
+        """The model call's claim, reserving its worst case under a budget (the batch's, or
+        a daily ceiling for the runtime); one it does not fit, or a runtime with no known
+        maximum (``ChatConfig.unbounded``), ends the run ``budget_exhausted``: nothing sent."""
+        worst = self.plan.runtime.worst_cost(prepared)
         claimed = await self.delivery.claim(
             self.job.id,
             step,
@@ -55,10 +57,18 @@ class ModelCalls(RunBase):
             model=prepared.model,
             request_sha256=prepared.request_sha256,
             deadline=self.deadline,
-            budget=budget_ask(self.delivery.settings, self.job, prepared.runtime, None),
+            budget=budget_ask(self.delivery.settings, self.job, prepared.runtime, worst),
         )
         if isinstance(claimed, BudgetRefusal):
-            return End(self.escalate("budget_exhausted", claimed.detail(), step=step))
+            detail = claimed.detail()
+            unbounded = self.plan.runtime.config.unbounded
+            if claimed.worst_usd is None and unbounded is not None:
+                detail = (
+                    f"{claimed.field}: menu runtime {prepared.runtime} has no known maximum cost "
+                    f"a call, so it cannot run under budget {claimed.scope}: set {unbounded}; "
+                    "nothing was sent"
+                )
+            return End(self.escalate("budget_exhausted", detail, step=step))
         return claimed
 
     async def model_call(self, action: ModelStep) -> ModelReply | End:
@@ -188,12 +198,12 @@ class ModelCalls(RunBase):
             )
         claim = await self.claim_call(step, prepared)
         if isinstance(claim, End):
-            # Under a budget: nothing was claimed nor sent (a handler's own call, reported to
-            # it as a configuration failure: it was never made).
+            # A budget refused it: nothing was claimed nor sent (a handler's own call,
+            # reported to it as a configuration failure: it was never made).
+            message = claim.message
+            detail = message.detail if isinstance(message, EscalationMessage) else "refused"
             raise DecisionProviderError(
-                "configuration",
-                f"{step}: a chat runtime cannot run under a budget; nothing was sent",
-                provider=prepared.runtime,
+                "configuration", f"{step}: {detail}", provider=prepared.runtime
             )
         if isinstance(claim, JobRow) or not claim.fresh:
             raise DecisionProviderError(

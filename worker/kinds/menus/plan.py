@@ -72,14 +72,15 @@ def prepare_menu(
                 FieldProblem(f"work.tools[{i}]", f"unknown handler {name!r} (registered: {known})")
             )
     problems += runtimes.check(job.runtime.provider, job.runtime.model)
-    if job.budget_usd is not None:
-        # A chat runtime has no known maximum per call: a menu cannot run under a budget.
-        runtime_name = job.runtime.provider or "the default runtime"
+    unbounded = runtimes.unbounded(job.runtime.provider)
+    if job.budget_usd is not None and unbounded is not None:
+        # Each model call reserves its worst case: without one, nothing could be reserved.
+        runtime_name = job.runtime.provider or runtimes.default_name
         problems.append(
             FieldProblem(
                 "budget_usd",
-                f"menu runtime {runtime_name} has no known maximum price, so a menu job cannot "
-                "run under a budget; drop budget_usd",
+                f"menu runtime {runtime_name} has no known maximum cost a call, so a menu job "
+                f"cannot run under a budget: set {unbounded}, or drop budget_usd",
             )
         )
     if problems:

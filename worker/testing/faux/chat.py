@@ -55,6 +55,8 @@ PRICE_OUT_PER_MTOK: Final = 0.60
 _GARBAGE: Final = b'{"choices": [{"message": <faux garbage'
 _DEEP_JSON: Final = b'{"choices": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
 _ROLES: Final = frozenset({"system", "user", "assistant", "tool", "developer"})
+#: The fields that bound a reply's tokens (OpenAI's newer name, and the common one).
+_TOKEN_BOUNDS: Final = ("max_completion_tokens", "max_tokens")
 
 
 class FauxChatBehaviour(BaseModel):
@@ -90,6 +92,10 @@ def _check(body: Any) -> Mapping[str, Any]:
         content = message.get("content")
         if content is not None and not isinstance(content, str | list):
             raise _Invalid("content must be a string, parts or null", ("messages", i, "content"))
+    for name in _TOKEN_BOUNDS:
+        bound = body.get(name)
+        if bound is not None and (type(bound) is not int or bound < 1):
+            raise _Invalid(f"{name} must be a positive integer", (name,))
     tools = body.get("tools")
     if tools is not None:
         if not isinstance(tools, list):
@@ -206,6 +212,12 @@ class FauxChat:
             out_message["tool_calls"] = tool_calls
         prompt_tokens = estimate_tokens(len(raw))
         completion_tokens = estimate_tokens(len((content or "") + json.dumps(tool_calls)))
+        bound = next((body[n] for n in _TOKEN_BOUNDS if body.get(n) is not None), None)
+        if bound is not None and completion_tokens > bound:
+            # Cut off at the bound, as a host does: what was written so far, no tool call.
+            content, tool_calls, finish = (content or "")[: bound * 4], [], "length"
+            completion_tokens = bound
+            out_message = {"role": "assistant", "content": content, "refusal": refusal}
         usage: dict[str, Any] = {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
