@@ -7,11 +7,12 @@ is one Lua call: unless the job's resolved record exists, and only while the rev
 holds the entry, it appends the checked answer as a ``resolution`` to the job's reply stream,
 writes the resolved record (who, when by Redis's clock, which entry), appends the labels
 the answer makes of the machine's answers to the label stream (``shared.labels``: a worker
-stores them in the ledger, so a reviewer's process needs no ledger) and acknowledges the
-entry. An ``audit`` (a result sampled for review) publishes no resolution: the job's result
-went out already; its answer is a label and an audit log entry. Two reviewers never hold
-the same escalation, and a job is resolved at most once: a second resolve is refused naming
-who resolved it and when.
+stores them in the ledger, so a reviewer's process needs no ledger; an entry with no label,
+when the machine gave no answer, still tells the ledger the job was resolved) and
+acknowledges the entry. An ``audit`` (a result sampled for review) publishes no resolution:
+the job's result went out already; its answer is a label and an audit log entry. Two
+reviewers never hold the same escalation, and a job is resolved at most once: a second
+resolve is refused naming who resolved it and when.
 
 An entry that does not parse (a field a newer version adds, a damaged message) is skipped
 and reported (``shared.escalation_entries``; ``on_skip``, by default a warning log line
@@ -64,7 +65,8 @@ return 1
 # KEYS: 1 escalation stream, 2 the job's resolved record, 3 the job's reply stream,
 #       4 the label stream.
 # ARGV: 1 group, 2 entry id, 3 reviewer, 4 job id, 5 the resolution message ('' only checks),
-#       6 the labels' JSON ('' none), 7 '1' to publish the resolution on the reply stream
+#       6 the labels' JSON ('[]' none: the entry still says the job was resolved),
+#       7 '1' to publish the resolution on the reply stream
 #       ('0' for an audit: the job's result went out already).
 # Answers {1, reply entry id}; {2} may resolve (only checked); {0, reviewer, ms, entry}
 # resolved before; {-1} not open; {-2, holder} held by another.
@@ -91,10 +93,8 @@ if ARGV[7] == '1' then
   id = redis.call('XADD', KEYS[3], '*', 'job_id', ARGV[4], 'type', 'resolution',
                   'message', ARGV[5])
 end
-if ARGV[6] ~= '' then
-  redis.call('XADD', KEYS[4], '*', 'job_id', ARGV[4], 'entry_id', ARGV[2],
-             'resolved_at_ms', ms, 'labels', ARGV[6])
-end
+redis.call('XADD', KEYS[4], '*', 'job_id', ARGV[4], 'entry_id', ARGV[2],
+           'resolved_at_ms', ms, 'labels', ARGV[6], 'reviewer', ARGV[3])
 redis.call('HSET', KEYS[2], 'reviewer', ARGV[3], 'resolved_at_ms', ms, 'entry_id', ARGV[2],
            'reply_entry_id', id)
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
@@ -311,7 +311,7 @@ class EscalationQueue:
             message.job_id,
             reply_to,
             resolution.to_json(),
-            encode(labels) if labels else "",
+            encode(labels),  # "[]" for none: the ledger learns of every resolution
             publish=message.reason != AUDIT_REASON,
         )
         audit.record(self.redis, "resolve", reviewer, entry_id, message, resolved)

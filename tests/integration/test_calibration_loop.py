@@ -207,9 +207,9 @@ def test_labels_reach_the_ledger_once_across_a_crash(tmp_path: Path) -> None:
         original = ledger.store_labels
         calls = []
 
-        def dies_after_commit(found):  # type: ignore[no-untyped-def]
+        def dies_after_commit(found, resolved=()):  # type: ignore[no-untyped-def]
             calls.append(len(found))
-            original(found)
+            original(found, resolved)
             raise ConnectionError("killed between the commit and the acknowledgement")
 
         ledger.store_labels = dies_after_commit  # type: ignore[method-assign]

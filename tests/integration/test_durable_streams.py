@@ -281,3 +281,40 @@ def test_republish_does_not_reopen_an_escalation_a_reviewer_resolved(ledger: Led
         republish_stream(ledger, r, "lost")
     assert sorted(e.job_id for e in read_stream(r, "lost")) == ["e-open", "e-resolved"]
     assert [e.job_id for e in read_entries(r, keys.ESCALATION_STREAM)] == ["e-open"]
+
+
+def test_republish_does_not_reopen_a_resolved_escalation_that_made_no_label(
+    ledger: Ledger,
+) -> None:
+    """A refused decision escalates with no machine answer, so its resolution makes no label:
+    the ledger must still learn that it was resolved. Found by an attack: after a Redis that
+    forgot everything, ``republish`` put it back and a second reviewer resolved it again with
+    another answer."""
+    from shared.replies import EscalationMessage
+    from worker.calibration.intake import store_label_stream
+
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    message = EscalationMessage(
+        job_id="e-refused", reason="decision_refused", detail="the provider refused",
+        reply_to="lost", context={"questions": {"urgent": {"type": "noul"}}},
+    )  # fmt: skip
+    row = {
+        "job_id": "e-refused", "kind": "decide", "batch": "b", "reply_to": "lost",
+        "fingerprint": "f", "deadline": start, "job_json": "{}", "created_at": start,
+        "terminal_type": "escalation", "terminal_reason": "decision_refused",
+        "terminal_message": message.to_json(), "finished_at": start, "published_at": start,
+    }  # fmt: skip
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.insert(jobs), [row])
+    r = fakeredis.FakeRedis()
+    assert republish_stream(ledger, r, "lost").escalations == 1
+    queue = EscalationQueue(r)
+    item = queue.claim("ann")
+    assert item is not None and item.message.job_id == "e-refused"
+    queue.resolve(item.entry_id, "ann", {"urgent": True})
+    store_label_stream(ledger, r)  # a reaper's pass: no label, but the resolution
+    r.flushall()  # a Redis restarted without persistence
+    for _ in range(2):
+        assert republish_stream(ledger, r, "lost").escalations == 0
+    assert list(read_entries(r, keys.ESCALATION_STREAM)) == []
+    assert [e.job_id for e in read_stream(r, "lost")] == ["e-refused"]

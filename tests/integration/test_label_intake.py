@@ -167,10 +167,10 @@ def test_an_outage_while_storing_one_at_a_time_leaves_every_entry_pending(
         original = ledger.store_labels
         calls: list[int] = []
 
-        def down_after_the_batch(found):  # type: ignore[no-untyped-def]
+        def down_after_the_batch(found, resolved=()):  # type: ignore[no-untyped-def]
             calls.append(len(found))
             if len(calls) == 1:
-                return original(found)  # the batch: refused for the bad entry's row
+                return original(found, resolved)  # the batch: refused for the bad entry's row
             raise LedgerUnavailable("ledger unavailable at sqlite: gone")
 
         ledger.store_labels = down_after_the_batch  # type: ignore[method-assign]

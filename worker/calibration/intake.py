@@ -32,13 +32,17 @@ from sqlalchemy import exc as sa_exc
 
 from shared import keys
 from shared.labels import Label, refused_fields
+from shared.limits import MAX_ID_CHARS
 from worker.ledger import Ledger
+from worker.ledger.label_ops import Resolved
 
 __all__ = ["consumer_name", "store_label_stream"]
 
 log = structlog.get_logger("decisions.calibration")
 
 Found = tuple[Label, datetime, str | None]
+#: What one label stream entry carries: its labels, and the resolution they came with.
+Parsed = tuple[list[Found], Resolved | None]
 
 # What the ledger raises for a row it will never store, whatever the retry: a constraint or a
 # value the database refuses (DataError, IntegrityError), or text its driver cannot encode
@@ -90,12 +94,12 @@ def store_label_stream(
 def _store(
     ledger: Ledger, client: redis.Redis, stream: str, group: str, entries: list[Any]
 ) -> int:
-    found: dict[str, list[Found]] = {}
+    found: dict[str, Parsed] = {}
     for entry_id, fields in entries:
         name = _text(entry_id)
         # No fields: the entry is gone (another consumer stored and deleted it meanwhile).
         # Acknowledged with the others all the same, or it would stay pending here for good.
-        found[name] = _parse(name, fields) if fields else []
+        found[name] = _parse(name, fields) if fields else ([], None)
     stored = _store_page(ledger, found)
     if found:
         pipe = client.pipeline(transaction=False)
@@ -105,37 +109,41 @@ def _store(
     return stored
 
 
-def _store_page(ledger: Ledger, found: dict[str, list[Found]]) -> int:
+def _store_page(ledger: Ledger, found: dict[str, Parsed]) -> int:
     """Store the labels of a page of entries, in one transaction while the ledger takes them
     all; a LedgerError is raised as it is (nothing is acknowledged then)."""
-    labels = [item for items in found.values() for item in items]
-    if not labels:
+    labels = [item for items, _ in found.values() for item in items]
+    resolved = [resolution for _, resolution in found.values() if resolution is not None]
+    if not labels and not resolved:
         return 0
     try:
-        return ledger.store_labels(labels)
+        return ledger.store_labels(labels, resolved)
     except _REFUSED:
         # Some entry's rows were refused, and nothing of the page was stored: find which
         # below, outside this ``except`` so that an outage raised there does not carry the
         # refusal (its SQL parameters are the labels' contents) as its context.
         pass
     stored = 0
-    for entry_id, items in found.items():
-        if not items:
+    for entry_id, (items, resolution) in found.items():
+        if not items and resolution is None:
             continue
         try:
-            stored += ledger.store_labels(items)
+            stored += ledger.store_labels(items, [resolution] if resolution else [])
         except _REFUSED as exc:
             log.warning("labels.dropped", entry=entry_id, why=type(exc).__name__)
     return stored
 
 
-def _parse(entry_id: str, raw: dict[Any, Any]) -> list[Found]:
+def _parse(entry_id: str, raw: dict[Any, Any]) -> Parsed:
     fields = {_text(k): _text(v) for k, v in raw.items()}
     try:
         at = datetime.fromtimestamp(int(fields["resolved_at_ms"]) / 1000, UTC)
         items = json.loads(fields["labels"])
         if not isinstance(items, list):
             raise ValueError("labels is not a list")
+        job_id = fields["job_id"]
+        if not job_id or len(job_id) > MAX_ID_CHARS:
+            raise ValueError("job_id is not a job id")
         labels = [Label.model_validate(item) for item in items]
     # A time past what datetime holds is OverflowError or OSError (the platform's gmtime),
     # labels nested deeper than the parser goes RecursionError: none a ValueError.
@@ -143,8 +151,12 @@ def _parse(entry_id: str, raw: dict[Any, Any]) -> list[Found]:
         # The fields a label broke say why (a weight out of bounds), never their values.
         named = {"fields": refused_fields(exc)} if isinstance(exc, ValidationError) else {}
         log.warning("labels.skipped", entry=entry_id, why=type(exc).__name__, **named)
-        return []
-    return [(label, at, fields.get("entry_id")) for label in labels]
+        return [], None
+    escalation_entry = fields.get("entry_id")
+    # The reviewer of an entry an older version wrote (no field): its labels' own, if any.
+    reviewer = fields.get("reviewer") or (labels[0].reviewer if labels else "")
+    resolution = (job_id, reviewer[:MAX_ID_CHARS], at, escalation_entry)
+    return [(label, at, escalation_entry) for label in labels], resolution
 
 
 def _text(value: Any) -> str:

@@ -19,9 +19,16 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from shared.labels import Label
-from worker.ledger.models import labels
+from worker.ledger.models import labels, resolutions
 
-__all__ = ["LabelFilter", "LabelRow", "read_labels", "store_labels"]
+__all__ = [
+    "LabelFilter",
+    "LabelRow",
+    "Resolved",
+    "read_labels",
+    "store_labels",
+    "store_resolutions",
+]
 
 
 @dataclass(frozen=True)
@@ -91,20 +98,37 @@ def store_labels(
         }
         for label, resolved_at, entry_id in found
     ]
-    dialect = conn.dialect.name
-    insert: Any
-    if dialect == "postgresql":
-        insert = postgresql.insert(labels).on_conflict_do_nothing(
-            index_elements=["job_id", "question_id"]
-        )
-    elif dialect == "sqlite":
-        insert = sqlite.insert(labels).on_conflict_do_nothing(
-            index_elements=["job_id", "question_id"]
-        )
-    else:  # pragma: no cover - the ledger runs on SQLite or PostgreSQL only
-        raise NotImplementedError(dialect)
+    insert = _insert_ignoring(conn, labels, ["job_id", "question_id"])
     result = conn.execute(insert.returning(labels.c.id), rows)
     return len(result.all())
+
+
+#: One resolution as the label stream carries it: job id, reviewer, when, escalation entry id.
+Resolved = tuple[str, str, datetime, str | None]
+
+
+def store_resolutions(conn: Connection, found: Sequence[Resolved], *, now: datetime) -> int:
+    """Insert each resolution; one stored before (the same entry read again) is left as it
+    is. Returns how many were new."""
+    if not found:
+        return 0
+    rows = [
+        {"job_id": job_id, "reviewer": reviewer, "resolved_at": at, "entry_id": entry_id,
+         "stored_at": now}
+        for job_id, reviewer, at, entry_id in found
+    ]  # fmt: skip
+    insert = _insert_ignoring(conn, resolutions, ["job_id"])
+    return len(conn.execute(insert.returning(resolutions.c.job_id), rows).all())
+
+
+def _insert_ignoring(conn: Connection, table: sa.Table, key: list[str]) -> Any:
+    """An INSERT that skips a row whose ``key`` is there already, on either dialect."""
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        return postgresql.insert(table).on_conflict_do_nothing(index_elements=key)
+    if dialect == "sqlite":
+        return sqlite.insert(table).on_conflict_do_nothing(index_elements=key)
+    raise NotImplementedError(dialect)  # pragma: no cover - SQLite or PostgreSQL only
 
 
 def read_labels(conn: Connection, where: LabelFilter | None = None) -> list[LabelRow]:

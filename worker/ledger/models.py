@@ -39,6 +39,7 @@ __all__ = [
     "labels",
     "labels_set_aside",
     "metadata",
+    "resolutions",
     "to_utc",
 ]
 
@@ -234,6 +235,19 @@ labels_set_aside = Table(
     Column("entry_id", String, nullable=True),
     Column("stored_at", UTCDateTime, nullable=False),
     Column("set_aside_at", UTCDateTime, nullable=False),
+)
+
+# A job a reviewer resolved (revision 0006): every resolution, whether or not it made labels
+# (a refused decision gives no machine answer to label). ``decisions ledger republish`` reads
+# it so that a Redis that forgot its resolved records does not reopen the job.
+resolutions = Table(
+    "resolutions",
+    metadata,
+    Column("job_id", String, primary_key=True),
+    Column("reviewer", String, nullable=False),
+    Column("resolved_at", UTCDateTime, nullable=False),
+    Column("entry_id", String, nullable=True),
+    Column("stored_at", UTCDateTime, nullable=False),
 )
 
 # A budget (``worker.ledger.budget_ops``): ``batch:<name>`` or ``day:<provider>:<date>``.

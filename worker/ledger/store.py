@@ -257,9 +257,15 @@ class Ledger(CallMethods, BudgetMethods):
 
     # --- labels (calibration) ----------------------------------------------------------
 
-    def store_labels(self, found: Sequence[tuple[Label, datetime, str | None]]) -> int:
-        """Store ``(label, resolved_at, entry id)`` each once; how many were new."""
+    def store_labels(
+        self,
+        found: Sequence[tuple[Label, datetime, str | None]],
+        resolved: Sequence[label_ops.Resolved] = (),
+    ) -> int:
+        """Store ``(label, resolved_at, entry id)`` each once, and each resolution (labels
+        or not), in one transaction; how many labels were new."""
         with self.transaction() as conn:
+            label_ops.store_resolutions(conn, resolved, now=self.now())
             return label_ops.store_labels(conn, found, now=self.now())
 
     def labels(self, where: LabelFilter | None = None) -> list[LabelRow]:

@@ -9,7 +9,8 @@ escalations to the escalation stream unless the job was resolved, with
 is left alone, so every message is on its stream at most once, however often this runs.
 
 "Resolved" is judged twice: by Redis's resolved record (in the Lua call) and by the ledger's
-labels (a resolution's labels reach the ledger through ``worker.calibration``). A Redis that
+resolutions (every resolution, labels or not, reaches the ledger through
+``worker.calibration``; one stored before revision 0006 by its labels). A Redis that
 forgot everything forgot its resolved records too: without the ledger's word, a job a
 reviewer had resolved went back on the escalation stream and a second reviewer resolved it
 with another answer.
@@ -29,7 +30,7 @@ from shared import keys
 from shared.streams import ESCALATION_ADDED, REPLY_ADDED, Publication, republish
 from worker.delivery.audits import audit_json
 from worker.ledger import JobRow, Ledger
-from worker.ledger.models import jobs, labels
+from worker.ledger.models import jobs, labels, resolutions
 
 __all__ = ["RepublishReport", "republish_stream", "stored_messages"]
 
@@ -52,8 +53,12 @@ def stored_messages(
 ) -> Iterator[list[Publication]]:
     """The stored terminal messages of jobs replying to ``stream`` (finished at or after
     ``since``), oldest first, a page at a time; read-only."""
-    # A label of the job is a reviewer's resolution of its escalation (or of its audit).
-    resolved = sa.exists().where(labels.c.job_id == jobs.c.job_id).label("resolved")
+    # A resolution of the job's escalation (or of its audit); a label of it says so too (a
+    # resolution stored before revision 0006 has only its labels).
+    resolved = sa.or_(
+        sa.exists().where(resolutions.c.job_id == jobs.c.job_id),
+        sa.exists().where(labels.c.job_id == jobs.c.job_id),
+    ).label("resolved")
     columns = (jobs.c.job_id, jobs.c.terminal_type, jobs.c.terminal_message, jobs.c.finished_at,
                jobs.c.job_json, resolved)
     where = [jobs.c.reply_to == stream, jobs.c.terminal_message.is_not(None)]
