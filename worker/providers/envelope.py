@@ -8,6 +8,7 @@ builds the request before and reads the response after; neither may send by anot
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -17,9 +18,11 @@ import httpx
 
 from shared.errors import DecisionProviderError
 from shared.replies import Receipt
+from shared.scrub import remove_secrets
 from worker.providers.latency import RecentLatency
 from worker.providers.limiter import Limiter
 from worker.providers.outbound import (
+    FAUX_KEY,
     AuthSpec,
     ErrorDetailsFn,
     OutboundRequest,
@@ -30,6 +33,9 @@ from worker.providers.outbound import (
 from worker.providers.transport import send_never_replay
 
 __all__ = ["Clock", "Exchange", "PaidHttp"]
+
+#: Names (models) whose verdict ``PaidHttp.foreign`` keeps, per provider: a host has few.
+_MAX_VERDICTS = 64
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,60 @@ class PaidHttp:
         self.limiter = limiter
         #: This provider's recent answer times: the floor of time left to send with.
         self.latency = RecentLatency(policy.send_floor_quantile)
+        #: ``foreign``'s verdicts on names that repeat, by (key, name): bounded.
+        self._verdicts: dict[tuple[str, str], bool] = {}
+
+    # --- what the host answered, without the key it was sent -----------------------------
+    #
+    # A host (or a gateway before it) that writes the key it was sent into a 200 answer
+    # would put it in a receipt, and so in a reply, the ledger and the console. Its error
+    # bodies are guarded where they are read (``worker.providers.call_errors``); these guard
+    # what an answer gives. Only this host's own key: it was sent no other.
+
+    def _sent_key(self) -> str | None:
+        """The key this host is sent, read by its variable's name now; None without one, or
+        for the faux's placeholder (no secret: and its answers cost no scrubbing)."""
+        auth = self.auth
+        if auth is None:
+            return None
+        key = (auth.fixed_key or "").strip()
+        if not key and auth.env_var is not None:
+            key = os.environ.get(auth.env_var, "").strip()
+        return key if key and key != FAUX_KEY else None
+
+    def foreign(self, value: str | None, *, repeats: bool = False) -> str | None:
+        """``value`` (an id or a name the host answered with), or None if it holds the key in
+        any form ``shared.scrub`` knows (whole, case-folded, base64, a long piece of it).
+
+        About 10 us a value; ``repeats`` (a model's name, the same on every answer) keeps
+        the verdict for the next answer."""
+        key = self._sent_key() if value else None
+        if key is None or value is None:
+            return value
+        known = self._verdicts.get((key, value)) if repeats else None
+        if known is None:
+            known = remove_secrets(value, (key,)) == value
+            if repeats and len(self._verdicts) < _MAX_VERDICTS:
+                self._verdicts[(key, value)] = known
+        return value if known else None
+
+    def foreign_text(self, text: str) -> str:
+        """``text`` the host wrote (a reply, an excerpt) with the key's every form removed."""
+        key = self._sent_key()
+        return text if key is None else remove_secrets(text, (key,))
+
+    def foreign_body(self, body: bytes) -> bytes:
+        """A whole answer's body without the key (a chat reply: kept, replayed, escalated);
+        as it came when it holds none, or is not UTF-8 (then it is no JSON to read either)."""
+        key = self._sent_key()
+        if key is None:
+            return body
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            return body
+        cleaned = remove_secrets(text, (key,))
+        return body if cleaned == text else cleaned.encode("utf-8")
 
     async def post(
         self,

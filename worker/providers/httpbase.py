@@ -329,11 +329,15 @@ class HttpDecisionProvider:
         usd, basis = cost
         if usd is not None:
             usd = round(usd, 12)  # float noise of price * tokens, well below a micro-dollar
+        # What the host wrote goes into the receipt only without the key it was sent.
+        paid = self._paid
+        if evidence:
+            evidence = [_without_key(paid, e) for e in evidence]
         return Receipt(
             step=step,
             provider=self.name,
-            model=model or prepared.model,
-            decision_id=decision_id,
+            model=paid.foreign(model, repeats=True) or prepared.model,
+            decision_id=paid.foreign(decision_id),
             status=status,
             cost_usd=usd,
             cost_basis=basis if usd is not None else None,
@@ -345,6 +349,17 @@ class HttpDecisionProvider:
             latency_ms=round(clock.elapsed_s() * 1000, 3),
             request_sha256=prepared.request_sha256,
             error_code=error_code,
-            ref_id=ref_id,
+            ref_id=paid.foreign(ref_id),
             replayed=False,
         )
+
+
+def _without_key(paid: PaidHttp, evidence: Evidence) -> Evidence:
+    """A citation the host gave, its texts without the key it was sent."""
+    return evidence.model_copy(
+        update={
+            "url": paid.foreign_text(evidence.url),
+            "title": None if evidence.title is None else paid.foreign_text(evidence.title),
+            "excerpts": [paid.foreign_text(e) for e in evidence.excerpts],
+        }
+    )

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import Final
 
 import httpx
 
@@ -23,6 +24,7 @@ from shared.replies import CostBasis
 from shared.settings import Settings
 
 __all__ = [
+    "FAUX_KEY",
     "AuthSpec",
     "ErrorDetails",
     "ErrorDetailsFn",
@@ -34,6 +36,10 @@ __all__ = [
     "parse_retry_after",
     "read_key",
 ]
+
+
+#: The faux wants an auth header but checks no key: this placeholder is all it gets.
+FAUX_KEY: Final = "faux-no-secret"
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from worker.providers.images import DANGER_ZONE_IMAGES_HEADER, plan_images
 from worker.providers.limiter import Limiter
 from worker.providers.limits import check_limits
 from worker.providers.outbound import (
+    FAUX_KEY,
     AuthSpec,
     ErrorDetails,
     TransportPolicy,
@@ -68,8 +69,6 @@ TYPESAFE_REQUEST_ID_HEADER: Final = "x-typesafe-request-id"
 #: The faux answers a request naming no model as this one
 #: (``worker.testing.faux.wire.DEFAULT_MODEL``).
 FAUX_DEFAULT_MODEL: Final = "faux-1"
-#: The faux wants an auth header but checks no key: this placeholder is all it gets.
-FAUX_KEY: Final = "faux-no-secret"
 #: Base URL of the in-process faux; ``.invalid`` never resolves, so nothing can leave.
 FAUX_IN_PROCESS_URL: Final = "http://faux.invalid"
 

@@ -296,7 +296,8 @@ class ChatRuntime:
         response, clock = exchange.response, exchange.clock
         body: object = None
         try:
-            body = json.loads(response.body)
+            # Without the key it was sent: the reply is kept, replayed and escalated whole.
+            body = json.loads(self._paid.foreign_body(response.body))
             reply = decode_reply(body)
         # RecursionError: JSON nested deeper than the parser goes (a 200 KB body can be).
         except (ValueError, RecursionError, ResponseInvalid) as exc:

@@ -1,0 +1,99 @@
+"""A host that puts the key it was sent back into a successful answer does not get it into a
+receipt (and so into a reply, the ledger or the console).
+
+Found by an attack: a gateway reflecting the ``Authorization`` header into its 200 body put
+the key in ``receipts[].decision_id`` (the body's ``id``, or a request-id header) and, for a
+chat runtime, in ``model``, the reply's content and the escalation built from it. Error
+bodies were already guarded (``worker.providers.call_errors``); answers were not.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import httpx
+import pytest
+
+from shared.menus import Message
+from worker.runtimes.chat import ChatConfig, ChatRuntime
+from worker.testing.faux import FauxProvider
+
+from .support import CASE_IDS, CASES, FAST, Case, deadline
+
+KEY = "zq7Rk2mW9xLp4vNc8bTy3hGd6fJs"  # no known key shape: only its value can give it away
+WITH_KEY = [c for c in CASES if c.key_env]
+
+
+class Echo(httpx.AsyncBaseTransport):
+    """The faux behind a gateway that writes the key it was sent into every answer."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, form: str) -> None:
+        self.inner = inner
+        self.form = form
+
+    def echoed(self, request: httpx.Request) -> str:
+        sent = request.headers.get("authorization") or request.headers.get("x-api-key") or ""
+        key = sent.removeprefix("Bearer ").strip()
+        if self.form == "upper":
+            return key.upper()
+        if self.form == "base64":
+            return base64.b64encode(f"user:{key}".encode()).decode()
+        return f"req-{key}"
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        await response.aread()
+        body = json.loads(response.content)
+        echo = self.echoed(request)
+        if isinstance(body, dict):
+            body["id"] = echo
+            body["model"] = echo
+            for choice in body.get("choices") or []:
+                choice["message"]["content"] = f"{choice['message']['content']} {echo}"
+        headers = {"x-request-id": echo, "request-id": echo, "content-type": "application/json"}
+        return httpx.Response(response.status_code, headers=headers, json=body)
+
+
+@pytest.mark.parametrize("form", ["plain", "upper", "base64"])
+@pytest.mark.parametrize("case", WITH_KEY, ids=[c.name for c in WITH_KEY])
+async def test_a_key_echoed_in_an_answer_stays_out_of_the_receipt(
+    case: Case, form: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert CASE_IDS  # the suite's cases
+    monkeypatch.setenv(case.key_env or "", KEY)
+    faux = FauxProvider()
+    http = httpx.AsyncClient(transport=Echo(faux.transport(), form))
+    try:
+        result = await case.provider(http, FAST).decide(case.request(), deadline())
+    finally:
+        await http.aclose()
+    receipt = result.receipt.model_dump_json()
+    assert KEY not in receipt and KEY.upper() not in receipt
+    assert base64.b64encode(f"user:{KEY}".encode()).decode() not in receipt
+    assert result.receipt.status == "answered"
+
+
+@pytest.mark.parametrize("form", ["plain", "upper", "base64"])
+async def test_a_key_echoed_by_a_chat_host_stays_out_of_the_reply_and_receipt(
+    form: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ECHO_CHAT_KEY", KEY)
+    faux = FauxProvider()
+    http = httpx.AsyncClient(transport=Echo(faux.transport(), form))
+    runtime = ChatRuntime(
+        ChatConfig(
+            name="echoing", base_url="http://faux.invalid", key_env="ECHO_CHAT_KEY",
+            path="/api/v1/chat/completions", default_model="m",
+        ),
+        http=http,
+    )  # fmt: skip
+    messages: list[Message] = [{"role": "user", "content": "Pick one: a or b."}]
+    try:
+        result = await runtime.send(runtime.prepare(messages), deadline())
+    finally:
+        await http.aclose()
+    seen = result.receipt.model_dump_json() + json.dumps(result.raw) + repr(result.reply)
+    assert KEY not in seen and KEY.upper() not in seen and KEY.lower() not in seen
+    assert base64.b64encode(f"user:{KEY}".encode()).decode() not in seen
+    assert result.receipt.status == "answered"
