@@ -318,3 +318,40 @@ def test_republish_does_not_reopen_a_resolved_escalation_that_made_no_label(
         assert republish_stream(ledger, r, "lost").escalations == 0
     assert list(read_entries(r, keys.ESCALATION_STREAM)) == []
     assert [e.job_id for e in read_stream(r, "lost")] == ["e-refused"]
+
+
+def test_republish_writes_nothing_still_on_the_stream_once_its_markers_expired(
+    ledger: Ledger,
+) -> None:
+    """The publish-once markers live ``DECISIONS_PUBLISH_MARKER_TTL_S`` (7 days); the stream's
+    entries live until someone trims them. Found by an attack: once the markers expired,
+    every ``republish`` wrote each message (and each escalation) again beside the one still
+    there. It now reads what the stream holds, and puts the markers back."""
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = [
+        {
+            "job_id": job_id, "kind": "decide", "batch": None, "reply_to": "kept",
+            "fingerprint": "f", "deadline": start, "job_json": "{}", "created_at": start,
+            "terminal_type": kind, "terminal_reason": None,
+            "terminal_message": json.dumps({"job_id": job_id, "type": kind}),
+            "finished_at": start, "published_at": start,
+        }
+        for job_id, kind in (("k-result", "result"), ("k-escalated", "escalation"))
+    ]  # fmt: skip
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.insert(jobs), rows)
+    r = fakeredis.FakeRedis()
+    first = republish_stream(ledger, r, "kept")
+    assert (first.replies, first.escalations) == (2, 1)
+    markers = [*r.scan_iter("decisions:published:*"), *r.scan_iter("decisions:escalated:*")]
+    assert len(markers) == 3
+    r.delete(*markers)  # their TTL ran out; the entries are still there
+    again = republish_stream(ledger, r, "kept")
+    assert (again.replies, again.escalations) == (0, 0)
+    assert sorted(e.job_id for e in read_stream(r, "kept")) == ["k-escalated", "k-result"]
+    assert [e.job_id for e in read_entries(r, keys.ESCALATION_STREAM)] == ["k-escalated"]
+    assert len([*r.scan_iter("decisions:published:*")]) == 2  # put back
+    # A stream that did lose an entry still gets it back.
+    [lost] = [e for e in read_stream(r, "kept") if e.job_id == "k-result"]
+    r.xdel(keys.reply_stream("kept"), lost.entry_id)
+    assert republish_stream(ledger, r, "kept").replies == 1

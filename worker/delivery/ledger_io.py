@@ -174,6 +174,9 @@ class LedgerIO:
             )
         )
 
+    async def resolved(self, job_id: str) -> bool:
+        return await asyncio.to_thread(self.ledger.resolved, job_id)
+
     async def get_call(self, job_id: str, step: str) -> CallRow | None:
         return await asyncio.to_thread(self.ledger.get_call, job_id, step)
 

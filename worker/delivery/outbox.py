@@ -57,17 +57,25 @@ class Outbox:
     async def publish(self, row: JobRow, stream: str) -> str:
         """Publish the stored terminal message (first written wins) to this delivery's stream."""
         assert row.terminal_message is not None and row.terminal_type is not None
+        escalation, audit = row.terminal_type == "escalation", audit_json(row)
+        if row.published_at is not None and (escalation or audit) and (
+            await self.ledger.resolved(row.job_id)
+        ):
+            # A replay (the job submitted again) of a job a reviewer resolved: Redis judges
+            # that by its resolved record, which a Redis that forgot everything forgot; the
+            # ledger's word keeps it out of the reviewers' queue (found by an attack).
+            escalation, audit = False, None
         await self._send(
             Publication(
                 stream=stream,
                 job_id=row.job_id,
                 message_type=row.terminal_type,
                 message_json=row.terminal_message,
-                escalation=row.terminal_type == "escalation",
+                escalation=escalation,
                 # A job ``decisions budget resume`` reopened publishes its new message once
                 # more, under a marker of its own (its first one holds the message before).
                 marker=None if row.resumes == 0 else f"resume.{row.resumes}:{row.job_id}",
-                audit_json=audit_json(row),
+                audit_json=audit,
             )
         )
         if row.published_at is None:

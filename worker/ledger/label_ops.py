@@ -26,6 +26,7 @@ __all__ = [
     "LabelRow",
     "Resolved",
     "read_labels",
+    "resolved",
     "store_labels",
     "store_resolutions",
 ]
@@ -129,6 +130,18 @@ def _insert_ignoring(conn: Connection, table: sa.Table, key: list[str]) -> Any:
     if dialect == "sqlite":
         return sqlite.insert(table).on_conflict_do_nothing(index_elements=key)
     raise NotImplementedError(dialect)  # pragma: no cover - SQLite or PostgreSQL only
+
+
+def resolved(conn: Connection, job_id: str) -> bool:
+    """Whether a reviewer resolved the job: a resolution stored, or (before revision 0006,
+    which stores every one) a label of it."""
+    query = sa.select(
+        sa.or_(
+            sa.exists().where(resolutions.c.job_id == job_id),
+            sa.exists().where(labels.c.job_id == job_id),
+        )
+    )
+    return bool(conn.execute(query).scalar_one())
 
 
 def read_labels(conn: Connection, where: LabelFilter | None = None) -> list[LabelRow]:

@@ -268,6 +268,11 @@ class Ledger(CallMethods, BudgetMethods):
             label_ops.store_resolutions(conn, resolved, now=self.now())
             return label_ops.store_labels(conn, found, now=self.now())
 
+    def resolved(self, job_id: str) -> bool:
+        """Whether a reviewer resolved the job (its escalation, or its audit)."""
+        with self.transaction(read_only=True) as conn:
+            return label_ops.resolved(conn, job_id)
+
     def labels(self, where: LabelFilter | None = None) -> list[LabelRow]:
         with self.transaction(read_only=True) as conn:
             return label_ops.read_labels(conn, where)

@@ -6,7 +6,9 @@ that lost entries (a Redis restarted without persistence, a stream deleted), thi
 publishes again each stored message of the jobs that reply there, and each of their
 escalations to the escalation stream unless the job was resolved, with
 ``shared.streams.republish``: a message whose marker still points at an entry that exists
-is left alone, so every message is on its stream at most once, however often this runs.
+is left alone, and so is one the stream still holds after its marker expired (the stream is
+read once a run; found by an attack: a week after the first publish, every run wrote every
+message again), so every message is on its stream at most once, however often this runs.
 
 "Resolved" is judged twice: by Redis's resolved record (in the Lua call) and by the ledger's
 resolutions (every resolution, labels or not, reaches the ledger through
@@ -18,6 +20,7 @@ with another answer.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,7 +30,7 @@ import redis
 import sqlalchemy as sa
 
 from shared import keys
-from shared.streams import ESCALATION_ADDED, REPLY_ADDED, Publication, republish
+from shared.streams import ESCALATION_ADDED, REPLY_ADDED, Publication, read_entries, republish
 from worker.delivery.audits import audit_json
 from worker.ledger import JobRow, Ledger
 from worker.ledger.models import jobs, labels, resolutions
@@ -36,6 +39,8 @@ __all__ = ["RepublishReport", "republish_stream", "stored_messages"]
 
 #: Jobs read from the ledger, and published, per round trip.
 PAGE = 500
+#: How far before ``since`` the stream is read: Redis's clock (its entry ids) may run behind.
+_CLOCK_SLACK_MS = 600_000
 
 
 @dataclass
@@ -60,7 +65,7 @@ def stored_messages(
         sa.exists().where(labels.c.job_id == jobs.c.job_id),
     ).label("resolved")
     columns = (jobs.c.job_id, jobs.c.terminal_type, jobs.c.terminal_message, jobs.c.finished_at,
-               jobs.c.job_json, resolved)
+               jobs.c.job_json, jobs.c.resumes, resolved)
     where = [jobs.c.reply_to == stream, jobs.c.terminal_message.is_not(None)]
     if since is not None:
         where.append(jobs.c.finished_at >= since)
@@ -81,6 +86,9 @@ def stored_messages(
                 message_type=row.terminal_type,
                 message_json=row.terminal_message,
                 escalation=row.terminal_type == "escalation" and not row.resolved,
+                # A resumed job's message went out under a marker of its own (its first one
+                # holds the message before it), as ``worker.delivery.outbox`` publishes it.
+                marker=None if row.resumes == 0 else f"resume.{row.resumes}:{row.job_id}",
                 audit_json=None if row.resolved else _audit(row),
             )
             for row in rows
@@ -115,8 +123,10 @@ def republish_stream(
     """Write again to ``stream`` (a reply stream name) every stored message it lacks."""
     keys.reply_stream(stream)  # a name that is not one fails here, before any work
     report = RepublishReport()
-    for publications in stored_messages(ledger, stream, since=since):
-        report.jobs += len(publications)
+    held = _on_stream(client, stream, since)
+    for page in stored_messages(ledger, stream, since=since):
+        report.jobs += len(page)
+        publications = _not_held(client, page, held, ttl_s)
         answers = republish(client, publications, ttl_s=ttl_s, escalation_stream=escalation_stream)
         for answer in answers:
             if isinstance(answer, Exception):
@@ -125,3 +135,49 @@ def republish_stream(
             report.replies += bool(answer & REPLY_ADDED)
             report.escalations += bool(answer & ESCALATION_ADDED)
     return report
+
+
+def _digest(message: str) -> bytes:
+    return hashlib.blake2b(message.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def _on_stream(
+    client: redis.Redis, stream: str, since: datetime | None
+) -> dict[tuple[str, bytes], str]:
+    """What the reply stream holds, by (job id, digest of the message): its entry's id.
+
+    A marker says a message is on its stream only while it lives (``ttl_s``); the entries
+    live until someone trims them. Read once per run (an operator's command, not the hot
+    path): about 100 bytes a stream entry held. Entries ten minutes older than ``since``
+    count, for a clock of Redis's behind the ledger's."""
+    after = "-"
+    if since is not None:
+        after = f"{max(0, int(since.timestamp() * 1000) - _CLOCK_SLACK_MS)}-0"
+    return {
+        (entry.job_id, _digest(entry.message)): entry.entry_id
+        for entry in read_entries(client, keys.reply_stream(stream), after=after)
+    }
+
+
+def _not_held(
+    client: redis.Redis,
+    page: list[Publication],
+    held: dict[tuple[str, bytes], str],
+    ttl_s: int,
+) -> list[Publication]:
+    """The publications whose message is not on the stream. One that is has its marker put
+    back (pointing at that entry), and its escalation is left alone: the one call that
+    appended the message appended the escalation too, and a reviewer has or had it."""
+    missing = []
+    with client.pipeline(transaction=False) as pipe:
+        for publication in page:
+            entry = held.get((publication.job_id, _digest(publication.message_json)))
+            if entry is None:
+                missing.append(publication)
+                continue
+            marker = keys.published_marker(
+                publication.stream, publication.job_id, marker=publication.marker
+            )
+            pipe.set(marker, entry, ex=ttl_s, nx=True)
+        pipe.execute()
+    return missing
