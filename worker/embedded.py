@@ -42,6 +42,8 @@ MEMORY_POLLING_INTERVAL_S = 0.005
 DEFAULT_REPLY_TO = "decisions:run"
 #: How long stopping waits for the worker to act on its shutdown command.
 SHUTDOWN_WAIT_S = 5.0
+#: How long a failed run waits for its worker's thread (a daemon) before it ends anyway.
+FAILED_STOP_WAIT_S = 2.0
 
 
 class _Controller(WorkController):
@@ -86,12 +88,19 @@ class EmbeddedWorker:
             raise RuntimeError("the embedded Celery worker did not start")
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if self._controller is not None:
+    def __exit__(self, kind: object, *exc: object) -> None:
+        failed = kind is not None
+        if self._controller is not None and failed:
+            # The run failed (a ledger no wait mends, Ctrl-C): a cold stop, as a second
+            # Ctrl-C gives a worker, and no wait for jobs holding an answer through the
+            # outage (up to RECORD_GRACE_S: the run looked hung for half a minute). Nothing
+            # is lost: what they hold was claimed first, and the next run books it.
+            self._controller.terminate(in_sighandler=False)
+        elif self._controller is not None:
             self._shut_down_through_the_broker()
             self._controller.stop(in_sighandler=False, exitcode=0)
         if self._thread is not None:
-            self._thread.join(timeout=30)
+            self._thread.join(timeout=FAILED_STOP_WAIT_S if failed else 30)
 
     def _shut_down_through_the_broker(self) -> None:
         # Stopped from outside, the worker notices only after its broker poll (2 s); a

@@ -63,9 +63,11 @@ def test_a_ledger_opened_read_only_stops_the_run(workdir: Path) -> None:
     assert not (workdir / "out").exists()
 
 
-def _in_own_mounts(workdir: Path, ledger: Path, *, before: str, after: str) -> Outcome:
+def _in_own_mounts(
+    workdir: Path, ledger: Path, *, before: str, after: str, batch: str = "next.jsonl"
+) -> Outcome:
     """In a mount namespace of its own: ``before`` (shell), the ledger at ``ledger`` migrated
-    and ``first.jsonl`` run on it, then ``after``, then ``decisions run next.jsonl``."""
+    and ``first.jsonl`` run on it, then ``after``, then ``decisions run`` of ``batch``."""
     env = decisions_env(ledger_url=f"sqlite:///{ledger}")
     for name in KEY_VARIABLES:
         env.pop(name, None)
@@ -79,7 +81,7 @@ def _in_own_mounts(workdir: Path, ledger: Path, *, before: str, after: str) -> O
             f"{command} migrate {quiet}",
             f"{command} run first.jsonl --out out-first {quiet}",
             after,
-            f"exec {command} run next.jsonl --out out-next",
+            f"exec {command} run {batch} --out out-next",
         ]
     )
     done = subprocess.run(
@@ -127,6 +129,29 @@ def test_a_ledger_on_a_full_disk_stops_the_run(workdir: Path) -> None:
     )
     _explained(done, 1, f"the ledger at {ledger}", "disk is full")
     assert not (workdir / "out-next").exists()
+
+
+def test_a_disk_that_fills_during_the_run_stops_it(workdir: Path) -> None:
+    """Found by an attack: a disk that filled once jobs had answers to record never ended
+    the run. A job holding an answer waits out a ledger outage inside its task (it must not
+    lose what it paid for), so no task retried and nothing stopped; 1,066 log lines in 150 s.
+    Now the held write's failure stops the run as a retry's does, and the run does not wait
+    for those jobs (what they hold was claimed first: the next run books it)."""
+    _own_mounts_or_skip()
+    shutil.copy(ROOT / "examples" / "tickets.jsonl", workdir / "all.jsonl")
+    directory = shlex.quote(str(workdir / "ledger"))
+    ledger = workdir / "ledger" / "decisions.db"
+    done = _in_own_mounts(
+        workdir,
+        ledger,
+        # Room for the schema and a few dozen jobs: it fills while the batch runs.
+        before=f"mount -t tmpfs -o size=400k tmpfs {directory}",
+        after="true",
+        batch="all.jsonl",
+    )
+    assert traceback_in(done.output) is None, traceback_in(done.output)
+    assert done.code == 1, done.output[-1500:]
+    assert f"the ledger at {ledger} cannot be written: its disk is full" in done.stderr
 
 
 def _retried(error: BaseException) -> None:

@@ -19,6 +19,7 @@ from worker.cli.ledger_file import cannot_write
 from worker.cli.option_values import not_empty_path
 from worker.cli.startup import check_registries
 from worker.cli.terminal import console, err_console
+from worker.delivery.outage import ledger_outage
 from worker.embedded import RunSummary, at_the_faux, run_batch
 from worker.process.logs import configure_logging
 
@@ -118,10 +119,16 @@ class LedgerRetries:
 
     def __enter__(self) -> LedgerRetries:
         signals.task_retry.connect(self._on_retry, weak=False)
+        # A job that holds an answer waits out an outage inside its task, not by a retry.
+        ledger_outage.connect(self._on_outage, weak=False)
         return self
 
     def __exit__(self, *exc: object) -> None:
         signals.task_retry.disconnect(self._on_retry)
+        ledger_outage.disconnect(self._on_outage)
+
+    def _on_outage(self, sender: Any = None, error: Any = None, **_: Any) -> None:
+        self._on_retry(sender, error)
 
     def _on_retry(self, sender: Any = None, reason: Any = None, **_: Any) -> None:
         # On the embedded worker's thread: noted here, acted on by ``check`` on the run's.

@@ -6,7 +6,9 @@ the answer booked ``unknown`` and escalated as "possibly sent". Instead the writ
 retried, with backoff, for as long as the claim can still be this delivery's: the write is
 conditional (the call still ``claimed``, by this very claim), so a retry can never overwrite
 what another delivery settled. Each failure is an error-level ``ledger.unavailable`` line
-naming the server and a count in ``decisions_ledger_unavailable_total``.
+naming the server, a count in ``decisions_ledger_unavailable_total``, and the
+``ledger_outage`` signal (Celery's own kind: ``decisions run`` listens, and stops on an
+error no wait mends, a full or read-only SQLite file, as it does for a task's retry).
 """
 
 from __future__ import annotations
@@ -17,10 +19,17 @@ from datetime import datetime
 from typing import Final, TypeVar
 
 import structlog
+from celery.utils.dispatch import Signal
 
 from worker.ledger import LedgerUnavailable
 
-__all__ = ["RECORD_RETRY_FIRST_S", "RECORD_RETRY_MAX_S", "report_outage", "until_written"]
+__all__ = [
+    "RECORD_RETRY_FIRST_S",
+    "RECORD_RETRY_MAX_S",
+    "ledger_outage",
+    "report_outage",
+    "until_written",
+]
 
 log = structlog.get_logger("decisions.delivery")
 
@@ -30,9 +39,13 @@ RECORD_RETRY_MAX_S: Final = 5.0
 
 T = TypeVar("T")
 
+#: Sent with ``error`` on each failed write held through an outage (on the loop's thread).
+ledger_outage: Final = Signal(name="ledger_outage")
+
 
 def report_outage(server: str, dialect: str, operation: str, error: BaseException) -> None:
     log.error("ledger.unavailable", server=server, operation=operation, error=str(error))
+    ledger_outage.send(sender=None, error=error)
     try:
         # Imported here: the metrics package is the worker's, and optional for a library use.
         from worker.observability.metrics.families import families
