@@ -278,9 +278,22 @@ class Settings(BaseSettings, ServiceSettings):
 
     @model_validator(mode="after")
     def _ceiling_above_default(self) -> Settings:
+        # A check across two settings has no one field to name the variable by (the CLI names
+        # a field's): the message names both, with their values, and what to set.
         if self.default_timeout_s > self.deadline_ceiling_s:
-            raise ValueError("default_timeout_s must not exceed deadline_ceiling_s")
+            default, ceiling = _seconds(self.default_timeout_s), _seconds(self.deadline_ceiling_s)
+            raise ValueError(
+                f"DECISIONS_DEFAULT_TIMEOUT_S={default} exceeds "
+                f"DECISIONS_DEADLINE_CEILING_S={ceiling} (a job's deadline cannot pass the "
+                f"ceiling); set DECISIONS_DEFAULT_TIMEOUT_S to at most {ceiling} or "
+                f"DECISIONS_DEADLINE_CEILING_S to at least {default}"
+            )
         return self
+
+
+def _seconds(value: float) -> str:
+    # As the operator wrote it: "120", not "120.0"; and never "1e+06" (as :g would show it).
+    return str(int(value)) if value.is_integer() else str(value)
 
 
 @lru_cache(maxsize=1)

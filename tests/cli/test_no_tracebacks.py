@@ -498,6 +498,21 @@ CASES = [
         STREAMS,
         needs="redis",
     ),
+    # --- found by an attack review --------------------------------------------------------
+    # A check across two settings named neither variable ("default_timeout_s must not exceed
+    # deadline_ceiling_s"): here the default timeout is left at its 120 s.
+    Case(
+        "providers-deadline-ceiling-below-default-timeout",
+        ("providers",),
+        2,
+        (
+            "DECISIONS_DEFAULT_TIMEOUT_S=120",
+            "DECISIONS_DEADLINE_CEILING_S=8",
+            "set DECISIONS_DEFAULT_TIMEOUT_S to at most 8 or DECISIONS_DEADLINE_CEILING_S to "
+            "at least 120",
+        ),
+        {"deadline_ceiling_s": "8"},
+    ),
 ]
 
 

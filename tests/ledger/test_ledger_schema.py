@@ -109,6 +109,21 @@ def test_schema_ahead(ledger: Ledger) -> None:
     assert not isinstance(caught.value, SchemaBehind)
 
 
+def test_migrate_refuses_a_schema_ahead(ledger: Ledger) -> None:
+    # Alembic could only fail to locate the revision ("Can't locate revision identified by
+    # '0099'", which `decisions migrate` explained as a bug): said as check_schema says it.
+    with ledger.engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+    with pytest.raises(LedgerError) as caught:
+        ledger.migrate()
+    assert str(caught.value) == (
+        f"ledger schema is at 0099, which this code ({head_revision()}) does not know: "
+        "it was migrated by a newer release; upgrade this worker"
+    )
+    assert not isinstance(caught.value, SchemaBehind)
+    assert ledger.current_revision() == "0099"
+
+
 def test_tables_dropped_by_hand(ledger: Ledger) -> None:
     with ledger.engine.begin() as conn:
         conn.execute(text("DROP TABLE calls"))

@@ -8,21 +8,28 @@ shows the traceback instead.
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import os
-import sys
-from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+try:
+    import contextlib
+    import importlib
+    import os
+    import sys
+    from collections.abc import Sequence
+    from importlib.metadata import PackageNotFoundError, version
+    from typing import Any
 
-import typer
-from typer.core import TyperGroup, TyperOption
+    import typer
+    from typer.core import TyperGroup, TyperOption
 
-from worker.cli import output
-from worker.cli.terminal import err_console
+    from worker.cli import output
+    from worker.cli.terminal import err_console
+except KeyboardInterrupt:  # pragma: no cover - only when Ctrl-C lands during these imports
+    # The console script imports this module before ``main`` runs, so nothing else can catch
+    # a Ctrl-C in its first 0.1 s: it ends as ``main`` ends one (INTERRUPTED, defined below:
+    # status 130, nothing printed), not with the interpreter's traceback of the import.
+    raise SystemExit(130) from None
 
 __all__ = [
+    "INTERRUPTED",
     "MODULES",
     "VERB_MODULES",
     "app",
@@ -33,6 +40,9 @@ __all__ = [
     "verb_of",
 ]
 
+#: The exit status of a command interrupted by Ctrl-C (128 + SIGINT), as typer gives it once
+#: a verb runs and as shells report it.
+INTERRUPTED = 130
 #: The truthy spellings pydantic accepts for a bool setting (DECISIONS_DEBUG is read before
 #: the settings, which may be what is wrong).
 TRUE_WORDS = frozenset({"1", "true", "yes", "on", "y", "t"})
@@ -184,15 +194,21 @@ def _tidy(command: Any) -> None:
 def main() -> None:
     try:
         try:
-            _run(sys.argv[1:])
-        finally:
-            # Here, inside the handler: output a full device or a closed pipe cannot take is
-            # explained (worker.cli.output), not left to the interpreter's flush at exit.
-            output.flush_stdout()
-    except Exception as exc:
-        if debug_wanted():
-            raise
-        _explain(exc)
+            try:
+                _run(sys.argv[1:])
+            finally:
+                # Here, inside the handler: output a full device or a closed pipe cannot take
+                # is explained (worker.cli.output), not left to the interpreter's flush at exit.
+                output.flush_stdout()
+        except Exception as exc:
+            if debug_wanted():
+                raise
+            _explain(exc)
+    except KeyboardInterrupt:
+        # Typer turns a Ctrl-C inside a verb into status 130, quietly; one before the verb runs
+        # (the command is built and its modules imported: the first second) or while an error
+        # is explained reaches here, and ends the same way rather than with a traceback.
+        sys.exit(INTERRUPTED)
 
 
 def _run(argv: list[str]) -> None:

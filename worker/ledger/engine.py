@@ -21,6 +21,8 @@ process that uses it, e.g. in Celery's ``worker_process_init``, never before a f
 
 from __future__ import annotations
 
+import os
+import sqlite3
 from typing import Any, Final
 
 from sqlalchemy import Engine, create_engine, event, exc
@@ -28,7 +30,7 @@ from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from shared.errors import LedgerError, SchemaBehind
-from worker.ledger.errors import LedgerUnavailable
+from worker.ledger.errors import LedgerUnavailable, NotADatabase
 
 __all__ = ["READ_ONLY", "describe_url", "make_engine", "translate_error"]
 
@@ -36,6 +38,9 @@ __all__ = ["READ_ONLY", "describe_url", "make_engine", "translate_error"]
 READ_ONLY: Final = "ledger_read_only"
 
 _PG_CONNECT_TIMEOUT_S: Final = 10
+#: What SQLite says of a file that is not one of its databases (SQLITE_NOTADB), in its
+#: current wording and in the one of releases before 3.32.
+_NOT_SQLITE: Final = ("file is not a database", "file is encrypted or is not a database")
 
 
 def describe_url(url: str | URL) -> str:
@@ -83,7 +88,9 @@ def _sqlite_engine(url: URL, *, busy_timeout_s: float, echo: bool) -> Engine:
 
 
 def translate_error(error: exc.SQLAlchemyError, url: str | URL) -> LedgerError | None:
-    """The ``LedgerError`` a database error means, or None for errors that are bugs.
+    """The ``LedgerError`` a database error means, or None for errors that are bugs: the
+    database cannot be reached (``LedgerUnavailable``), has no ledger tables
+    (``SchemaBehind``), or is a file that is not a SQLite database (``NotADatabase``).
 
     The message names the URL without its password and the driver's own first line, from
     which any password is scrubbed too (drivers sometimes echo connection strings).
@@ -94,12 +101,37 @@ def translate_error(error: exc.SQLAlchemyError, url: str | URL) -> LedgerError |
         )
     if not isinstance(error, exc.DBAPIError):
         return None
+    if _not_sqlite(error, url):
+        return NotADatabase(
+            f"DECISIONS_LEDGER_URL={describe_url(url)} names a file that is not a SQLite "
+            f"database{_unless_named(url)}; point DECISIONS_LEDGER_URL at a ledger file, or at "
+            "a new path for `decisions migrate` to create"
+        )
     detail = _driver_detail(error, url)
     if _missing_table(error):
         return SchemaBehind(f"ledger tables are missing ({detail}): run `decisions migrate`")
     if isinstance(error, exc.OperationalError | exc.InterfaceError) or error.connection_invalidated:
         return LedgerUnavailable(f"ledger unavailable at {describe_url(url)}: {detail}")
     return None
+
+
+def _not_sqlite(error: exc.DBAPIError, url: str | URL) -> bool:
+    # Only SQLite's own verdict on the file's header: any other DatabaseError (a corrupt
+    # page, a statement of ours SQLite refuses) stays a bug to see, not a setting to fix.
+    if make_url(url).get_backend_name() != "sqlite":
+        return False
+    orig = error.orig
+    code = getattr(orig, "sqlite_errorcode", None)
+    return (code is not None and code & 0xFF == sqlite3.SQLITE_NOTADB) or str(orig) in _NOT_SQLITE
+
+
+def _unless_named(url: str | URL) -> str:
+    # The file as the operator finds it, when the URL does not show it: a relative path is
+    # relative to the working directory. (One line: `decisions status` keeps 300 characters.)
+    database = str(make_url(url).database or "")
+    if database.startswith("file:") or os.path.isabs(database):
+        return ""
+    return f" ({os.path.abspath(database)})"
 
 
 def _missing_table(error: exc.DBAPIError) -> bool:

@@ -4,6 +4,8 @@ All stay inside the one exception tree: ``except LedgerError`` still catches the
 
     LedgerError (shared.errors)
     ├── LedgerUnavailable   the database cannot be reached or stayed locked: retry later
+    ├── NotADatabase        the ledger URL names a file that is not SQLite's (and a
+    │                       ConfigurationError: the setting must change, no retry mends it)
     ├── ClaimLost           an outcome for a call that is no longer claimed (not written)
     ├── JobFinished         a claim for a job whose terminal message is stored (not claimed)
     ├── OverBudget          a claim whose worst case does not fit a budget (not claimed)
@@ -16,7 +18,7 @@ rows, which a retry of the same step will not change.
 
 from __future__ import annotations
 
-from shared.errors import LedgerError
+from shared.errors import ConfigurationError, LedgerError
 from worker.ledger.rows import BudgetRefusal, CallRow, JobRow
 
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "JobFinished",
     "JobNotFound",
     "LedgerUnavailable",
+    "NotADatabase",
     "OverBudget",
 ]
 
@@ -34,6 +37,13 @@ class LedgerUnavailable(LedgerError):
 
     Nothing was committed by the statement that failed; the caller must not send.
     """
+
+
+class NotADatabase(LedgerError, ConfigurationError):
+    """The ledger URL names a file that is not a SQLite database (a text file, say).
+
+    A ``ConfigurationError`` too: no retry mends it, the setting is what must change, so
+    commands refuse with their usage status and a worker does not start."""
 
 
 class CallNotFound(LedgerError):

@@ -81,6 +81,11 @@ def migrate(connection: Connection, revision: str = "head") -> None:
         # Two workers starting together would both CREATE TABLE; the second one waits here
         # for the first to commit, then finds the schema at head.
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATE_LOCK})
+    # A revision this code has no script for was written by a newer release: Alembic could
+    # only fail to locate it ("a bug"); the operator's fix is to upgrade this worker.
+    current = current_revision(connection)
+    if current is not None and not _known(current):
+        raise _ahead(current)
     command.upgrade(alembic_config(connection), revision)
 
 
@@ -95,10 +100,7 @@ def check_schema(connection: Connection) -> None:
         )
     if current != head:
         if not _known(current):
-            raise LedgerError(
-                f"ledger schema is at {current}, which this code ({head}) does not know: "
-                "it was migrated by a newer release; upgrade this worker"
-            )
+            raise _ahead(current)
         raise SchemaBehind(
             f"ledger schema is at {current}, this code needs {head}: run `decisions migrate`"
         )
@@ -109,6 +111,13 @@ def check_schema(connection: Connection) -> None:
             f"ledger schema is at {current} but tables {', '.join(missing)} are missing "
             "(dropped by hand?): restore them or stamp the schema and run `decisions migrate`"
         )
+
+
+def _ahead(current: str) -> LedgerError:
+    return LedgerError(
+        f"ledger schema is at {current}, which this code ({head_revision()}) does not know: "
+        "it was migrated by a newer release; upgrade this worker"
+    )
 
 
 def _known(revision: str) -> bool:
