@@ -89,12 +89,14 @@ class EmbeddedWorker:
         return self
 
     def __exit__(self, kind: object, *exc: object) -> None:
-        failed = kind is not None
+        # Ctrl-C stops warm, as a worker's first one does: requests in flight get their
+        # answers recorded (cut off, each would escalate decision_interrupted next run).
+        failed = isinstance(kind, type) and not issubclass(kind, KeyboardInterrupt | SystemExit)
         if self._controller is not None and failed:
-            # The run failed (a ledger no wait mends, Ctrl-C): a cold stop, as a second
-            # Ctrl-C gives a worker, and no wait for jobs holding an answer through the
-            # outage (up to RECORD_GRACE_S: the run looked hung for half a minute). Nothing
-            # is lost: what they hold was claimed first, and the next run books it.
+            # The run failed (a ledger no wait mends): a cold stop, as a second Ctrl-C gives
+            # a worker, and no wait for jobs holding an answer through the outage (up to
+            # RECORD_GRACE_S: the run looked hung for half a minute). Nothing is lost: what
+            # they hold was claimed first, and the next run books it.
             self._controller.terminate(in_sighandler=False)
         elif self._controller is not None:
             self._shut_down_through_the_broker()
