@@ -93,7 +93,8 @@ class Settings(BaseSettings, ServiceSettings):
     accept_volatile_streams: bool = Field(
         False,
         description="start a worker even if the streams Redis does not persist (no AOF, no RDB):"
-        " a restart of that Redis then loses replies and escalations",
+        " a restart of that Redis then loses replies and escalations, and, when it is the"
+        " broker too, the jobs still queued (only the producer's copy brings those back)",
     )
 
     # --- producers -----------------------------------------------------------------------
