@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -36,8 +37,15 @@ def _start(tmp_path: Path) -> subprocess.Popen[str]:
     env = decisions_env(
         redis_url=NOWHERE, broker_url=NOWHERE, ledger_url=f"sqlite:///{tmp_path / 'l.db'}"
     )
+    # Started as from a terminal: SIGINT at its default. A shell running a job in the
+    # background (``cmd &`` without job control, as CI may) hands it on ignored, and a
+    # Python started so never turns Ctrl-C into KeyboardInterrupt: the command runs on.
+    default_sigint = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "os.execv(sys.argv[1], sys.argv[1:])"
+    )
     return subprocess.Popen(
-        [DECISIONS, "status"],
+        [sys.executable, "-c", default_sigint, DECISIONS, "status"],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,
