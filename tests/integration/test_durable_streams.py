@@ -355,3 +355,32 @@ def test_republish_writes_nothing_still_on_the_stream_once_its_markers_expired(
     [lost] = [e for e in read_stream(r, "kept") if e.job_id == "k-result"]
     r.xdel(keys.reply_stream("kept"), lost.entry_id)
     assert republish_stream(ledger, r, "kept").replies == 1
+
+
+def test_republish_writes_a_resumed_jobs_lost_message_beside_its_first(ledger: Ledger) -> None:
+    """A job ``decisions budget resume`` reopened published its new message under a marker
+    of its own; ``republish`` judged it by the first one, whose entry (the budget_exhausted
+    escalation) was still there, so its lost result never came back."""
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    row = {
+        "job_id": "r-resumed", "kind": "decide", "batch": "b", "reply_to": "resumed",
+        "fingerprint": "f", "deadline": start, "job_json": "{}", "created_at": start,
+        "terminal_type": "escalation", "terminal_reason": "budget_exhausted",
+        "terminal_message": json.dumps({"job_id": "r-resumed", "first": True}),
+        "finished_at": start, "published_at": start,
+    }  # fmt: skip
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.insert(jobs), [row])
+    r = fakeredis.FakeRedis()
+    assert republish_stream(ledger, r, "resumed").replies == 1  # the first message
+    resumed = json.dumps({"job_id": "r-resumed", "type": "result"})
+    with ledger.engine.begin() as conn:  # resumed, answered, and its result lost
+        conn.execute(
+            sa.update(jobs)
+            .where(jobs.c.job_id == "r-resumed")
+            .values(resumes=1, terminal_type="result", terminal_reason=None,
+                    terminal_message=resumed)
+        )  # fmt: skip
+    assert republish_stream(ledger, r, "resumed").replies == 1
+    assert [e.type for e in read_stream(r, "resumed")] == ["escalation", "result"]
+    assert republish_stream(ledger, r, "resumed").replies == 0
