@@ -384,3 +384,34 @@ def test_republish_writes_a_resumed_jobs_lost_message_beside_its_first(ledger: L
     assert republish_stream(ledger, r, "resumed").replies == 1
     assert [e.type for e in read_stream(r, "resumed")] == ["escalation", "result"]
     assert republish_stream(ledger, r, "resumed").replies == 0
+
+
+def test_republish_puts_back_a_lost_escalation_stream_beside_an_intact_reply_stream(
+    ledger: Ledger,
+) -> None:
+    """Found by an attack on the change above: with the reply stream intact, its messages
+    were skipped whole, escalations included, so a deleted escalation stream never came
+    back. What each stream holds is read, and each is judged on its own."""
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = [
+        {
+            "job_id": job_id, "kind": "decide", "batch": None, "reply_to": "both",
+            "fingerprint": "f", "deadline": start, "job_json": "{}", "created_at": start,
+            "terminal_type": "escalation", "terminal_reason": "low_confidence",
+            "terminal_message": json.dumps({"job_id": job_id}), "finished_at": start,
+            "published_at": start,
+        }
+        for job_id in ("b-1", "b-2")
+    ]  # fmt: skip
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.insert(jobs), rows)
+    r = fakeredis.FakeRedis()
+    assert republish_stream(ledger, r, "both").escalations == 2
+    r.delete(keys.ESCALATION_STREAM)  # deleted by hand; the reply stream is intact
+    again = republish_stream(ledger, r, "both")
+    assert (again.replies, again.escalations) == (0, 2)
+    assert sorted(e.job_id for e in read_entries(r, keys.ESCALATION_STREAM)) == ["b-1", "b-2"]
+    r.delete(*r.scan_iter("decisions:published:*"), *r.scan_iter("decisions:escalated:*"))
+    third = republish_stream(ledger, r, "both")  # markers expired: both streams read
+    assert (third.replies, third.escalations) == (0, 0)
+    assert len(list(read_entries(r, keys.ESCALATION_STREAM))) == 2

@@ -6,7 +6,7 @@ that lost entries (a Redis restarted without persistence, a stream deleted), thi
 publishes again each stored message of the jobs that reply there, and each of their
 escalations to the escalation stream unless the job was resolved, with
 ``shared.streams.republish``: a message whose marker still points at an entry that exists
-is left alone, and so is one the stream still holds after its marker expired (the stream is
+is left alone, and so is one the streams still hold after its marker expired (each stream is
 read once a run; found by an attack: a week after the first publish, every run wrote every
 message again), so every message is on its stream at most once, however often this runs.
 
@@ -123,11 +123,19 @@ def republish_stream(
     """Write again to ``stream`` (a reply stream name) every stored message it lacks."""
     keys.reply_stream(stream)  # a name that is not one fails here, before any work
     report = RepublishReport()
-    held = _on_stream(client, stream, since)
+    after = _read_from(since)
+    replies = {
+        (entry.job_id, _digest(entry.message)): entry.entry_id
+        for entry in read_entries(client, keys.reply_stream(stream), after=after)
+    }
+    escalated = {
+        entry.job_id: entry.entry_id
+        for entry in read_entries(client, escalation_stream, after=after)
+    }
     for page in stored_messages(ledger, stream, since=since):
         report.jobs += len(page)
-        publications = _not_held(client, page, held, ttl_s)
-        answers = republish(client, publications, ttl_s=ttl_s, escalation_stream=escalation_stream)
+        _mark_held(client, page, replies, escalated, ttl_s)
+        answers = republish(client, page, ttl_s=ttl_s, escalation_stream=escalation_stream)
         for answer in answers:
             if isinstance(answer, Exception):
                 report.failures.append(str(answer))
@@ -141,43 +149,38 @@ def _digest(message: str) -> bytes:
     return hashlib.blake2b(message.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
-def _on_stream(
-    client: redis.Redis, stream: str, since: datetime | None
-) -> dict[tuple[str, bytes], str]:
-    """What the reply stream holds, by (job id, digest of the message): its entry's id.
-
-    A marker says a message is on its stream only while it lives (``ttl_s``); the entries
-    live until someone trims them. Read once per run (an operator's command, not the hot
-    path): about 100 bytes a stream entry held. Entries ten minutes older than ``since``
-    count, for a clock of Redis's behind the ledger's."""
-    after = "-"
-    if since is not None:
-        after = f"{max(0, int(since.timestamp() * 1000) - _CLOCK_SLACK_MS)}-0"
-    return {
-        (entry.job_id, _digest(entry.message)): entry.entry_id
-        for entry in read_entries(client, keys.reply_stream(stream), after=after)
-    }
+def _read_from(since: datetime | None) -> str:
+    """Where the streams are read from: entries ten minutes older than ``since`` count, for a
+    clock of Redis's (its entry ids) behind the ledger's."""
+    if since is None:
+        return "-"
+    return f"{max(0, int(since.timestamp() * 1000) - _CLOCK_SLACK_MS)}-0"
 
 
-def _not_held(
+def _mark_held(
     client: redis.Redis,
     page: list[Publication],
-    held: dict[tuple[str, bytes], str],
+    replies: dict[tuple[str, bytes], str],
+    escalated: dict[str, str],
     ttl_s: int,
-) -> list[Publication]:
-    """The publications whose message is not on the stream. One that is has its marker put
-    back (pointing at that entry), and its escalation is left alone: the one call that
-    appended the message appended the escalation too, and a reviewer has or had it."""
-    missing = []
+) -> None:
+    """Point the markers of what the streams still hold at it, so that the publish-once
+    call (which trusts a marker whose entry exists) writes only what is missing.
+
+    A marker says a message is on its stream only while it lives (``ttl_s``); the entries
+    live until someone trims them: so each stream is read once a run (an operator's command,
+    not the hot path; about 100 bytes an entry held), the reply stream by job id and message
+    digest, the escalation stream by job id. Each is judged on its own: a deleted
+    escalation stream comes back beside an intact reply stream."""
     with client.pipeline(transaction=False) as pipe:
         for publication in page:
-            entry = held.get((publication.job_id, _digest(publication.message_json)))
-            if entry is None:
-                missing.append(publication)
-                continue
-            marker = keys.published_marker(
-                publication.stream, publication.job_id, marker=publication.marker
-            )
-            pipe.set(marker, entry, ex=ttl_s, nx=True)
+            entry = replies.get((publication.job_id, _digest(publication.message_json)))
+            if entry is not None:
+                marker = keys.published_marker(
+                    publication.stream, publication.job_id, marker=publication.marker
+                )
+                pipe.set(marker, entry, ex=ttl_s)
+            held = escalated.get(publication.job_id)
+            if held is not None and (publication.escalation or publication.audit_json):
+                pipe.set(keys.escalation_marker(publication.job_id), held, ex=ttl_s)
         pipe.execute()
-    return missing
