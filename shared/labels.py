@@ -32,6 +32,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shared.calibration import MAX_WEIGHT, MIN_WEIGHT
+from shared.limits import MAX_ID_CHARS
 from shared.replies import Answer, EscalationMessage, Receipt
 
 __all__ = [
@@ -91,25 +92,31 @@ def audit_weight(rate: float | None) -> float:
     return weight
 
 
+#: A label's names are ids: the ledger indexes them, and PostgreSQL refuses an index row of
+#: over 8 KB (as an OperationalError, which reads as an outage: found by an attack, one
+#: label naming a 16,000-character model held back every label after it).
+_Name = Annotated[str, Field(max_length=MAX_ID_CHARS)]
+
+
 class Label(BaseModel):
     """One labelled machine answer, as the label stream carries it and the ledger stores it."""
 
     model_config = ConfigDict(extra="forbid")
 
-    job_id: str
-    batch: str | None = None
-    question_id: str
-    question_type: str = Field(..., description="noul, choice, score or menu")
-    provider: str | None = None
-    model: str | None = Field(None, description="as the receipt names it")
+    job_id: _Name
+    batch: _Name | None = None
+    question_id: _Name
+    question_type: _Name = Field(..., description="noul, choice, score or menu")
+    provider: _Name | None = None
+    model: _Name | None = Field(None, description="as the receipt names it")
     machine_answer: Any = None
     probability: _Share | None = Field(None, description="the machine's, of its own answer")
     confidence: _Share | None = None
     human_answer: Any = None
     correct: bool
-    reviewer: str
+    reviewer: _Name
     source: LabelSource
-    reason: str
+    reason: _Name
     # Bounded as ``shared.calibration.countable`` counts (``audit_weight`` says why these).
     weight: float = Field(
         1.0,

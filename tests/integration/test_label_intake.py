@@ -150,8 +150,9 @@ def test_an_entry_the_ledger_refuses_is_dropped_and_the_others_stored(
     refused = "bad" not in stored_jobs(ledger)
     assert stored == (2 if refused else 3)
     assert {"good-1", "good-2"} <= set(stored_jobs(ledger))
-    if refused:
-        assert_reported(logs, "labels.dropped", entry)
+    if refused:  # by the ledger, or before it (a label's name must be text UTF-8 can carry)
+        said = {e["event"] for e in logs if e.get("entry") == entry}
+        assert said & {"labels.dropped", "labels.skipped"}, logs
     assert (pending(r), r.xlen(keys.LABEL_STREAM)) == (0, 0)
 
 
@@ -161,8 +162,9 @@ def test_an_outage_while_storing_one_at_a_time_leaves_every_entry_pending(
     with Ledger(f"sqlite:///{tmp_path / 'l.db'}") as ledger:
         ledger.migrate()
         add(r, "good-1")
-        # A label the SQLite driver cannot encode (a lone surrogate): the ledger refuses it.
-        add(r, "bad", labels=json.dumps([label("bad", reviewer="\ud800")]))
+        # A label the SQLite driver cannot encode (a lone surrogate in its answer): the
+        # ledger refuses it.
+        add(r, "bad", labels=json.dumps([label("bad", human_answer="\ud800")]))
         add(r, "good-2")
         original = ledger.store_labels
         calls: list[int] = []
@@ -191,3 +193,23 @@ def test_an_unreachable_ledger_leaves_every_entry_pending(r: redis.Redis) -> Non
     with unreachable as ledger, pytest.raises(LedgerUnavailable):
         store_label_stream(ledger, r, consumer="w1")
     assert (pending(r), r.xlen(keys.LABEL_STREAM)) == (2, 2)
+
+
+@pytest.mark.parametrize("field", ["model", "question_id", "provider", "batch"])
+def test_a_label_too_long_to_index_is_skipped_and_the_resolution_kept(
+    r: redis.Redis, ledger: Ledger, field: str
+) -> None:
+    """Found by an attack: one entry whose label named a 16,000-character model made
+    PostgreSQL refuse the page ("index row requires 16024 bytes"), as an OperationalError,
+    read as an outage: every entry after it stayed pending for good. A label's names are
+    ids (at most 200 characters); a longer one is skipped as out of bounds, and the
+    resolution it came with is still stored."""
+    add(r, "good-1")
+    entry = add(r, "long", labels=json.dumps([label("long", **{field: "m" * 16_000})]))
+    add(r, "good-2")
+    with capture_logs() as logs:
+        assert store_label_stream(ledger, r, consumer="w1") == 2
+    assert stored_jobs(ledger) == ["good-1", "good-2"]
+    assert_reported(logs, "labels.skipped", entry)
+    assert ledger.resolved("long") and ledger.resolved("good-1")
+    assert (pending(r), r.xlen(keys.LABEL_STREAM)) == (0, 0)

@@ -136,14 +136,19 @@ def _store_page(ledger: Ledger, found: dict[str, Parsed]) -> int:
 
 def _parse(entry_id: str, raw: dict[Any, Any]) -> Parsed:
     fields = {_text(k): _text(v) for k, v in raw.items()}
+    resolution: Resolved | None = None
+    labels: list[Label] = []
     try:
         at = datetime.fromtimestamp(int(fields["resolved_at_ms"]) / 1000, UTC)
-        items = json.loads(fields["labels"])
-        if not isinstance(items, list):
-            raise ValueError("labels is not a list")
         job_id = fields["job_id"]
         if not job_id or len(job_id) > MAX_ID_CHARS:
             raise ValueError("job_id is not a job id")
+        # The resolution stands whatever its labels are: its job was resolved.
+        reviewer = fields.get("reviewer", "")[:MAX_ID_CHARS]
+        resolution = (job_id, reviewer, at, fields.get("entry_id"))
+        items = json.loads(fields["labels"])
+        if not isinstance(items, list):
+            raise ValueError("labels is not a list")
         labels = [Label.model_validate(item) for item in items]
     # A time past what datetime holds is OverflowError or OSError (the platform's gmtime),
     # labels nested deeper than the parser goes RecursionError: none a ValueError.
@@ -151,11 +156,11 @@ def _parse(entry_id: str, raw: dict[Any, Any]) -> Parsed:
         # The fields a label broke say why (a weight out of bounds), never their values.
         named = {"fields": refused_fields(exc)} if isinstance(exc, ValidationError) else {}
         log.warning("labels.skipped", entry=entry_id, why=type(exc).__name__, **named)
-        return [], None
+        return [], resolution
     escalation_entry = fields.get("entry_id")
-    # The reviewer of an entry an older version wrote (no field): its labels' own, if any.
-    reviewer = fields.get("reviewer") or (labels[0].reviewer if labels else "")
-    resolution = (job_id, reviewer[:MAX_ID_CHARS], at, escalation_entry)
+    if not resolution[1] and labels:
+        # An entry an older version wrote names no reviewer: its labels' own.
+        resolution = (job_id, labels[0].reviewer, at, escalation_entry)
     return [(label, at, escalation_entry) for label in labels], resolution
 
 
