@@ -46,13 +46,29 @@ class Echo(httpx.AsyncBaseTransport):
         await response.aread()
         body = json.loads(response.content)
         echo = self.echoed(request)
+        mark = "ECHO-MARK"  # written as the key, escaped, once the body is text
         if isinstance(body, dict):
             body["id"] = echo
             body["model"] = echo
             for choice in body.get("choices") or []:
                 choice["message"]["content"] = f"{choice['message']['content']} {echo}"
-        headers = {"x-request-id": echo, "request-id": echo, "content-type": "application/json"}
-        return httpx.Response(response.status_code, headers=headers, json=body)
+                if self.form == "escaped":
+                    arguments = json.dumps({"note": mark})  # a tool call's JSON text
+                    choice["message"]["tool_calls"] = [
+                        {"id": "c1", "type": "function",
+                         "function": {"name": "t_note", "arguments": arguments}}
+                    ]  # fmt: skip
+        headers = {"content-type": "application/json"}
+        if self.form != "escaped":
+            headers |= {"x-request-id": echo, "request-id": echo}
+        text = json.dumps(body)
+        if self.form == "escaped":
+            # Every character a \u escape: once in the body, twice in the tool call's
+            # arguments (JSON text inside a JSON string).
+            key = self.echoed(request).removeprefix("req-")
+            once = "".join(f"\\u{ord(c):04x}" for c in key)
+            text = text.replace(key, once).replace(mark, once.replace("\\", "\\\\"))
+        return httpx.Response(response.status_code, headers=headers, content=text.encode())
 
 
 @pytest.mark.parametrize("form", ["plain", "upper", "base64"])
@@ -74,7 +90,7 @@ async def test_a_key_echoed_in_an_answer_stays_out_of_the_receipt(
     assert result.receipt.status == "answered"
 
 
-@pytest.mark.parametrize("form", ["plain", "upper", "base64"])
+@pytest.mark.parametrize("form", ["plain", "upper", "base64", "escaped"])
 async def test_a_key_echoed_by_a_chat_host_stays_out_of_the_reply_and_receipt(
     form: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -94,6 +110,11 @@ async def test_a_key_echoed_by_a_chat_host_stays_out_of_the_reply_and_receipt(
     finally:
         await http.aclose()
     seen = result.receipt.model_dump_json() + json.dumps(result.raw) + repr(result.reply)
+    # What a handler is given: a tool call's arguments, read as JSON.
+    seen += "".join(json.dumps(json.loads(c.arguments)) for c in result.reply.tool_calls)
+    seen = json.loads(json.dumps(seen))  # the text as read, escapes and all
+    unescaped = seen.encode().decode("unicode_escape", "replace")
     assert KEY not in seen and KEY.upper() not in seen and KEY.lower() not in seen
+    assert KEY not in unescaped
     assert base64.b64encode(f"user:{KEY}".encode()).decode() not in seen
     assert result.receipt.status == "answered"

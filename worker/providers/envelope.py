@@ -9,6 +9,8 @@ builds the request before and reads the response after; neither may send by anot
 from __future__ import annotations
 
 import os
+import re
+import string
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -36,6 +38,15 @@ __all__ = ["Clock", "Exchange", "PaidHttp"]
 
 #: Names (models) whose verdict ``PaidHttp.foreign`` keeps, per provider: a host has few.
 _MAX_VERDICTS = 64
+#: A ``\u`` escape at any depth (one backslash or several), of a character keys are made of:
+#: one that means the same written plainly, at any depth, in a JSON string.
+_KEY_ESCAPE = re.compile(r"\\+u([0-9a-fA-F]{4})")
+_KEY_CHARS = frozenset(string.ascii_letters + string.digits + "-._~+/=:")
+
+
+def _unescaped(match: re.Match[str]) -> str:
+    char = chr(int(match[1], 16))
+    return char if char in _KEY_CHARS else match[0]
 
 
 @dataclass(frozen=True)
@@ -128,7 +139,13 @@ class PaidHttp:
 
     def foreign_body(self, body: bytes) -> bytes:
         """A whole answer's body without the key (a chat reply: kept, replayed, escalated);
-        as it came when it holds none, or is not UTF-8 (then it is no JSON to read either)."""
+        as it came when it holds none, or is not UTF-8 (then it is no JSON to read either).
+
+        The key may come ``\\u``-escaped, once in the body or more deeply in JSON text
+        inside it (a tool call's arguments, a pick in the reply's text: each read as JSON
+        later): every escape of a character a key is made of is read first, at any depth
+        (found by an attack: with every character escaped, no piece of the key stood
+        whole). The body changes only where a key was taken out."""
         key = self._sent_key()
         if key is None:
             return body
@@ -136,8 +153,9 @@ class PaidHttp:
             text = body.decode("utf-8")
         except UnicodeDecodeError:
             return body
-        cleaned = remove_secrets(text, (key,))
-        return body if cleaned == text else cleaned.encode("utf-8")
+        plain = _KEY_ESCAPE.sub(_unescaped, text)
+        cleaned = remove_secrets(plain, (key,))
+        return body if cleaned == plain else cleaned.encode("utf-8")
 
     async def post(
         self,
