@@ -459,3 +459,23 @@ def test_a_refused_first_claim_leaves_its_batch_budget_on_every_path(
     figures = ledger.budget("b")
     assert figures is not None
     assert (figures.limit_usd, figures.committed_usd, figures.calls_in_flight) == (0.5, 0.0, 0)
+
+
+def test_a_daily_ceiling_first_met_counts_what_its_provider_booked_that_day(
+    ledger: Ledger, new_job: Callable[..., JobRow]
+) -> None:
+    """Found by an attack: a ceiling set in the afternoon started the day's count at $0, so
+    the day's spend passed it by what was booked that morning. As a batch's budget counts
+    what its batch booked before, a day's counts its provider's calls claimed that day."""
+    for i, cost in enumerate((0.3, 0.4)):  # booked before any ceiling, today
+        job = new_job(batch=f"early-{i}")
+        claim(ledger, job.job_id, None, batch=f"early-{i}", provider="faux")
+        ledger.record(job_id=job.job_id, outcome=outcome("answered", cost, "reported"))
+    other = new_job(batch="elsewhere")  # another provider's spend counts in its own day
+    claim(ledger, other.job_id, None, batch="elsewhere", provider="parallel")
+    ledger.record(job_id=other.job_id, outcome=outcome("answered", 5.0, "reported"))
+    late = new_job(batch="late")
+    with pytest.raises(OverBudget) as refused:  # 0.7 booked + 0.4 worst > 1.0
+        claim(ledger, late.job_id, 0.4, batch="late", ceiling=1.0, provider="faux")
+    assert refused.value.refusal.committed_usd == pytest.approx(0.7)
+    assert claim(ledger, late.job_id, 0.3, batch="late", ceiling=1.0, provider="faux").fresh
