@@ -113,3 +113,28 @@ def test_the_bound_is_sent_in_the_field_the_host_takes(config: ChatConfig, field
     assert field not in json.loads(plain.body) and unbounded.worst_cost(plain) is None
     assert "DECISIONS_MENU_MAX_OUTPUT_TOKENS" in (unbounded.config.unbounded or "")
     assert "DECISIONS_MAX_PRICE_PER_MTOK_USD" in (unbounded.config.unbounded or "")
+
+
+async def test_a_handlers_own_call_a_budget_refuses_is_not_sent_nor_said_resumable(
+    tmp_path: Path,
+) -> None:
+    """The handler is told, as a configuration failure, with the budget's figures; not the
+    way on of a budget_exhausted job (found by an attack: the handler_failed escalation
+    said to run ``decisions budget resume``, which reruns only budget_exhausted jobs)."""
+    from tests.menus_worker.support import OPTIONS
+    from worker.testing.faux import FauxChatReply
+
+    harness = Harness.create(tmp_path, **BOUNDS)
+    options = [{"kind": "handler", "name": "ask", "handler": "t_ask"}, OPTIONS[2]]
+    # The handler's question (inside the reply's bound) makes its own call's worst case
+    # larger than what the pick leaves of the budget: $0.00062 reserved for the pick,
+    # $0.0003 booked, then $0.0015 asked for the handler's call.
+    harness.reply("h1", "pick.0", FauxChatReply(pick="ask", args={"question": "x" * 1_800}))
+    job = menu_job("h1", options=options, batch="hb", budget_usd=0.001)
+    assert await harness.run(job) == "escalation"
+    escalation = harness.terminal("h1")
+    assert isinstance(escalation, EscalationMessage)
+    assert escalation.reason == "handler_failed"
+    assert "budget batch:hb cannot take this call" in escalation.detail
+    assert "nothing was sent" in escalation.detail and "resume" not in escalation.detail
+    assert harness.model_calls("h1") == {"pick.0": 1}

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from shared.errors import DecisionProviderError
 from shared.menus import Message, ModelReply, ModelStep, ToolSpec
-from shared.replies import EscalationMessage, Receipt
+from shared.replies import Receipt
 from worker.delivery import (
     budget_ask,
     call_status,
@@ -49,16 +49,7 @@ class ModelCalls(RunBase):
         """The model call's claim, reserving its worst case under a budget (the batch's, or
         a daily ceiling for the runtime); one it does not fit, or a runtime with no known
         maximum (``ChatConfig.unbounded``), ends the run ``budget_exhausted``: nothing sent."""
-        worst = self.plan.runtime.worst_cost(prepared)
-        claimed = await self.delivery.claim(
-            self.job.id,
-            step,
-            provider=prepared.runtime,
-            model=prepared.model,
-            request_sha256=prepared.request_sha256,
-            deadline=self.deadline,
-            budget=budget_ask(self.delivery.settings, self.job, prepared.runtime, worst),
-        )
+        claimed = await self._claim(step, prepared)
         if isinstance(claimed, BudgetRefusal):
             detail = claimed.detail()
             unbounded = self.plan.runtime.config.unbounded
@@ -70,6 +61,18 @@ class ModelCalls(RunBase):
                 )
             return End(self.escalate("budget_exhausted", detail, step=step))
         return claimed
+
+    async def _claim(self, step: str, prepared: PreparedChat) -> Claim | JobRow | BudgetRefusal:
+        worst = self.plan.runtime.worst_cost(prepared)
+        return await self.delivery.claim(
+            self.job.id,
+            step,
+            provider=prepared.runtime,
+            model=prepared.model,
+            request_sha256=prepared.request_sha256,
+            deadline=self.deadline,
+            budget=budget_ask(self.delivery.settings, self.job, prepared.runtime, worst),
+        )
 
     async def model_call(self, action: ModelStep) -> ModelReply | End:
         step = action.step
@@ -196,14 +199,20 @@ class ModelCalls(RunBase):
             raise DecisionProviderError(
                 "timeout", "the deadline passed; nothing was sent", provider=prepared.runtime
             )
-        claim = await self.claim_call(step, prepared)
-        if isinstance(claim, End):
-            # A budget refused it: nothing was claimed nor sent (a handler's own call,
-            # reported to it as a configuration failure: it was never made).
-            message = claim.message
-            detail = message.detail if isinstance(message, EscalationMessage) else "refused"
+        claim = await self._claim(step, prepared)
+        if isinstance(claim, BudgetRefusal):
+            # A budget refused it: nothing was claimed nor sent. A handler's own call is
+            # reported to it as a configuration failure (it was never made), with the
+            # figures but not the way on of a budget_exhausted job: its handler has run,
+            # so ``decisions budget resume`` does not rerun the job (found by an attack:
+            # a handler_failed job said to resume it, and resume took 0 jobs).
+            left, worst = claim.left_usd, claim.worst_usd
+            why = "no known maximum cost" if worst is None else f"worst case ${worst:.6f}"
             raise DecisionProviderError(
-                "configuration", f"{step}: {detail}", provider=prepared.runtime
+                "configuration",
+                f"{step}: budget {claim.scope} cannot take this call ({why}, "
+                f"${left:.6f} left); nothing was sent",
+                provider=prepared.runtime,
             )
         if isinstance(claim, JobRow) or not claim.fresh:
             raise DecisionProviderError(
