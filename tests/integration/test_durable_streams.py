@@ -252,26 +252,39 @@ def test_republish_pages_through_the_ledger_in_order_and_since(ledger: Ledger) -
     assert republish_stream(ledger, r, "pages").replies == 0
 
 
+#: When the hand-made jobs below finished (and were first published).
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def finished(
+    job_id: str,
+    reply_to: str,
+    *,
+    kind: str = "escalation",
+    reason: str | None = "low_confidence",
+    message: str | None = None,
+    batch: str | None = None,
+) -> dict[str, Any]:
+    """A finished, published job's row as the ledger keeps it."""
+    return {
+        "job_id": job_id, "kind": "decide", "batch": batch, "reply_to": reply_to,
+        "fingerprint": "f", "deadline": START, "job_json": "{}", "created_at": START,
+        "terminal_type": kind, "terminal_reason": reason,
+        "terminal_message": message or json.dumps({"job_id": job_id}),
+        "finished_at": START, "published_at": START,
+    }  # fmt: skip
+
+
 def test_republish_does_not_reopen_an_escalation_a_reviewer_resolved(ledger: Ledger) -> None:
     """A Redis that forgot everything forgot its resolved records too: the ledger's labels
     say which escalations a reviewer resolved, and those stay closed (a second reviewer once
     resolved one again, with another answer)."""
-    start = datetime(2026, 1, 1, tzinfo=UTC)
-    rows = [
-        {
-            "job_id": job_id, "kind": "decide", "batch": "b", "reply_to": "lost",
-            "fingerprint": "f", "deadline": start, "job_json": "{}", "created_at": start,
-            "terminal_type": "escalation", "terminal_reason": "low_confidence",
-            "terminal_message": json.dumps({"job_id": job_id}), "finished_at": start,
-            "published_at": start,
-        }
-        for job_id in ("e-open", "e-resolved")
-    ]  # fmt: skip
+    rows = [finished(job_id, "lost", batch="b") for job_id in ("e-open", "e-resolved")]
     label = {
         "job_id": "e-resolved", "question_id": "urgent", "batch": "b", "question_type": "noul",
-        "human_answer": "true", "correct": False, "reviewer": "ann", "resolved_at": start,
+        "human_answer": "true", "correct": False, "reviewer": "ann", "resolved_at": START,
         "source": "escalation", "reason": "low_confidence", "entry_id": "1-0",
-        "stored_at": start,
+        "stored_at": START,
     }  # fmt: skip
     with ledger.engine.begin() as conn:
         conn.execute(sa.insert(jobs), rows)
@@ -293,17 +306,13 @@ def test_republish_does_not_reopen_a_resolved_escalation_that_made_no_label(
     from shared.replies import EscalationMessage
     from worker.calibration.intake import store_label_stream
 
-    start = datetime(2026, 1, 1, tzinfo=UTC)
     message = EscalationMessage(
         job_id="e-refused", reason="decision_refused", detail="the provider refused",
         reply_to="lost", context={"questions": {"urgent": {"type": "noul"}}},
     )  # fmt: skip
-    row = {
-        "job_id": "e-refused", "kind": "decide", "batch": "b", "reply_to": "lost",
-        "fingerprint": "f", "deadline": start, "job_json": "{}", "created_at": start,
-        "terminal_type": "escalation", "terminal_reason": "decision_refused",
-        "terminal_message": message.to_json(), "finished_at": start, "published_at": start,
-    }  # fmt: skip
+    row = finished(
+        "e-refused", "lost", reason="decision_refused", message=message.to_json(), batch="b"
+    )
     with ledger.engine.begin() as conn:
         conn.execute(sa.insert(jobs), [row])
     r = fakeredis.FakeRedis()
@@ -327,15 +336,11 @@ def test_republish_writes_nothing_still_on_the_stream_once_its_markers_expired(
     entries live until someone trims them. Found by an attack: once the markers expired,
     every ``republish`` wrote each message (and each escalation) again beside the one still
     there. It now reads what the stream holds, and puts the markers back."""
-    start = datetime(2026, 1, 1, tzinfo=UTC)
     rows = [
-        {
-            "job_id": job_id, "kind": "decide", "batch": None, "reply_to": "kept",
-            "fingerprint": "f", "deadline": start, "job_json": "{}", "created_at": start,
-            "terminal_type": kind, "terminal_reason": None,
-            "terminal_message": json.dumps({"job_id": job_id, "type": kind}),
-            "finished_at": start, "published_at": start,
-        }
+        finished(
+            job_id, "kept", kind=kind, reason=None,
+            message=json.dumps({"job_id": job_id, "type": kind}),
+        )
         for job_id, kind in (("k-result", "result"), ("k-escalated", "escalation"))
     ]  # fmt: skip
     with ledger.engine.begin() as conn:
@@ -361,14 +366,10 @@ def test_republish_writes_a_resumed_jobs_lost_message_beside_its_first(ledger: L
     """A job ``decisions budget resume`` reopened published its new message under a marker
     of its own; ``republish`` judged it by the first one, whose entry (the budget_exhausted
     escalation) was still there, so its lost result never came back."""
-    start = datetime(2026, 1, 1, tzinfo=UTC)
-    row = {
-        "job_id": "r-resumed", "kind": "decide", "batch": "b", "reply_to": "resumed",
-        "fingerprint": "f", "deadline": start, "job_json": "{}", "created_at": start,
-        "terminal_type": "escalation", "terminal_reason": "budget_exhausted",
-        "terminal_message": json.dumps({"job_id": "r-resumed", "first": True}),
-        "finished_at": start, "published_at": start,
-    }  # fmt: skip
+    row = finished(
+        "r-resumed", "resumed", reason="budget_exhausted", batch="b",
+        message=json.dumps({"job_id": "r-resumed", "first": True}),
+    )  # fmt: skip
     with ledger.engine.begin() as conn:
         conn.execute(sa.insert(jobs), [row])
     r = fakeredis.FakeRedis()
@@ -392,17 +393,7 @@ def test_republish_puts_back_a_lost_escalation_stream_beside_an_intact_reply_str
     """Found by an attack on the change above: with the reply stream intact, its messages
     were skipped whole, escalations included, so a deleted escalation stream never came
     back. What each stream holds is read, and each is judged on its own."""
-    start = datetime(2026, 1, 1, tzinfo=UTC)
-    rows = [
-        {
-            "job_id": job_id, "kind": "decide", "batch": None, "reply_to": "both",
-            "fingerprint": "f", "deadline": start, "job_json": "{}", "created_at": start,
-            "terminal_type": "escalation", "terminal_reason": "low_confidence",
-            "terminal_message": json.dumps({"job_id": job_id}), "finished_at": start,
-            "published_at": start,
-        }
-        for job_id in ("b-1", "b-2")
-    ]  # fmt: skip
+    rows = [finished(job_id, "both") for job_id in ("b-1", "b-2")]
     with ledger.engine.begin() as conn:
         conn.execute(sa.insert(jobs), rows)
     r = fakeredis.FakeRedis()
