@@ -224,7 +224,7 @@ class SplicingProducer:
         args, _, embed = body
         if kwargs.get("content_type") is None and kwargs.get("serializer") == "json":
             text = (
-                f'[{kombu_json.dumps(args)}, {{"jobs": [{", ".join(jobs)}]}}, '
+                f'[{kombu_json.dumps(args)}, {{"jobs": [{",".join(jobs)}]}}, '
                 f"{kombu_json.dumps(embed)}]"
             )
             kwargs.update(content_type="application/json", content_encoding="utf-8")

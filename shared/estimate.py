@@ -341,7 +341,7 @@ def _wire_text(raw: Any, job: AnyJob) -> str:
     module may not import: it reaches kombu): the line's own dict when it is plain JSON."""
     if isinstance(raw, dict):
         try:
-            return json.dumps(raw, allow_nan=False)
+            return json.dumps(raw, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
         except (TypeError, ValueError, RecursionError):
             pass
     return job.model_dump_json(exclude_none=True)

@@ -33,6 +33,7 @@ from typing import Any
 import redis
 
 from shared import keys
+from shared.job_wire import json_text
 
 __all__ = [
     "IntakeBook",
@@ -222,7 +223,7 @@ class IntakeBook:
 
     def rewrite(self, record: IntakeRecord, message_id: str) -> None:
         """Point a record at the message that re-sends it (its time was set when taken)."""
-        text = IntakeRecord.text(message_id, json.dumps(record.job), record.attempts + 1)
+        text = IntakeRecord.text(message_id, json_text(record.job), record.attempts + 1)
         self.redis.hset(keys.INTAKE_JOBS, record.member, text)
 
     def forget(self, members: Iterable[str | bytes]) -> None:

@@ -6,12 +6,11 @@ import json
 from datetime import datetime
 from typing import Any
 
-from kombu.utils import json as kombu_json
 from pydantic import AwareDatetime, TypeAdapter
 
 from shared.jobs import Job
 
-__all__ = ["stamp_job", "wire_text"]
+__all__ = ["json_text", "stamp_job", "wire_text"]
 
 _STAMP = TypeAdapter(AwareDatetime)
 
@@ -34,7 +33,18 @@ def stamp_job(raw: dict[str, Any], reply_to: str | None, now: datetime) -> dict[
 
 # Plain JSON values only (no NaN, no default hook): anything else takes the dump's way.
 # No circular check (a tenth of the encoding): a cycle ends in RecursionError, caught below.
-_STRICT_JSON = json.JSONEncoder(allow_nan=False, check_circular=False)
+# Compact UTF-8, the very bytes DECISIONS_MAX_JOB_BYTES measures (shared.strict_json): with
+# json's defaults a three-byte 漢 went as a six-byte escape and every separator took a space,
+# so a job well inside the job limit could be refused for its message's size.
+_STRICT_JSON = json.JSONEncoder(
+    allow_nan=False, check_circular=False, ensure_ascii=False, separators=(",", ":")
+)
+
+
+def json_text(value: Any) -> str:
+    """A plain JSON value's text as a job goes in a message (compact UTF-8); ``TypeError``,
+    ``ValueError`` or ``RecursionError`` for anything else."""
+    return _STRICT_JSON.encode(value)
 
 
 def wire_text(job: Job, stamped: dict[str, Any] | None) -> str:
@@ -44,11 +54,12 @@ def wire_text(job: Job, stamped: dict[str, Any] | None) -> str:
     re-parses every job (``parse_job``), and parsing that dict is what gave ``job``
     (every model forbids extra fields, so nothing the model dropped can ride along). The
     text is taken now, so that a caller changing its dicts later changes nothing sent.
-    Anything else (a datetime object, a set, a NaN...) is sent as the job's JSON dump.
+    Anything else (a job object) is sent as the job's JSON dump. Either way the text is
+    compact UTF-8: the worker reads the body as UTF-8 (``content_encoding``).
     """
     if stamped is not None:
         try:
             return _STRICT_JSON.encode(stamped)
         except (TypeError, ValueError, RecursionError):
             pass
-    return kombu_json.dumps(job.model_dump(mode="json", exclude_none=True))
+    return _STRICT_JSON.encode(job.model_dump(mode="json", exclude_none=True))

@@ -8,7 +8,7 @@ never builds such a message: its chunks are bounded by bytes as well as by count
 (``oversize_problem``).
 
 What a job costs a message on the Redis queue (``job_cost``): its JSON text
-(``shared.job_wire.wire_text``) and the ``", "`` after it go in the body, which kombu
+(``shared.job_wire.wire_text``, compact UTF-8) and the ``,`` after it go in the body, which kombu
 base64-encodes (4 bytes for every 3 begun) into its JSON envelope. Summing each job's
 rounded-up share never under-counts the whole body's. The rest, whatever the jobs, is
 ``MESSAGE_OVERHEAD_BYTES``: measured, kombu's envelope with Celery's headers and the body's
@@ -39,7 +39,7 @@ MAX_MESSAGE_SETTING: Final = "DECISIONS_MAX_MESSAGE_BYTES"
 #: A message's bytes besides its jobs' (see the module doc): an upper bound, not a measure.
 MESSAGE_OVERHEAD_BYTES: Final = 16 * 1024
 #: The separator after each job's text in the body's list.
-_SEPARATOR_BYTES = 2
+_SEPARATOR_BYTES = 1
 
 
 def _base64_bytes(raw: int) -> int:
@@ -48,7 +48,7 @@ def _base64_bytes(raw: int) -> int:
 
 def job_cost(text: str) -> int:
     """At least the bytes ``text`` (a job's JSON) adds to a message on the Redis queue."""
-    # wire_text is ASCII (escaped); the encode is for a text that is not.
+    # The encode only for a text that holds more than ASCII (one byte a character).
     size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
     return _base64_bytes(size + _SEPARATOR_BYTES)
 

@@ -113,8 +113,8 @@ class Settings(BaseSettings, ServiceSettings):
     )
     max_job_bytes: int = Field(40 * 2**20, ge=1024, description="a job's JSON in all, in bytes")
     # One job of max_job_bytes must fit (checked below): base64 in kombu's envelope, 40 MiB of
-    # JSON is 53.3 MiB (shared.message_size); 64 MiB leaves a fifth for the spaces after the
-    # wire text's separators, which the compact JSON max_job_bytes measures has not.
+    # JSON is 53.3 MiB (shared.message_size); 64 MiB leaves a fifth for what the job limit
+    # does not measure: the stamps (reply_to, submitted_at) and a job object's defaults.
     max_message_bytes: int = Field(
         64 * 2**20,
         gt=0,

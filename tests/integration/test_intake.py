@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from celery import Celery
 from structlog.testing import capture_logs
 
 from shared import keys
@@ -21,7 +22,7 @@ from shared.settings import Settings
 from tests.support.fleet import decide_job
 from tests.support.services import redis_database, redis_url
 from worker.ledger import Ledger
-from worker.recovery.intake import forget_ran, held_message_ids, recover_intake
+from worker.recovery.intake import forget_ran, held_message_ids, recover_intake, send_jobs
 
 pytestmark = pytest.mark.integration
 
@@ -258,4 +259,46 @@ def test_odd_envelopes_in_the_broker_hold_no_task_and_do_not_stop_recovery(
             )
         )
         assert published == [[{"id": "lost-1"}]] and done.republished == 1
+        ledger.dispose()
+
+
+def test_recovery_republishes_non_ascii_jobs_in_messages_a_worker_takes(tmp_path: Path) -> None:
+    # Jobs of 150,000 漢 (450 KB of UTF-8) fit a 1 MiB cap as the client sends them; the
+    # reaper wrote them as kombu's JSON (each 漢 a six-byte escape: 1.2 MB a message once
+    # base64), so a worker would drop every republished message as oversize, jobs and all.
+    cap = 1024 * 1024
+    with redis_database(REDIS_DB) as r:
+        settings = settings_for(tmp_path).model_copy(update={"max_message_bytes": cap})
+        ledger = Ledger(settings.ledger_url)
+        ledger.migrate()
+        jobs = [decide_job(f"kanji-{i}", state={"text": "漢" * 150_000}) for i in range(3)]
+        report = Client(settings, redis_client=r).submit_batch(jobs, reply_to="k:replies")
+        assert report.job_ids == [f"kanji-{i}" for i in range(3)]
+        r.delete(keys.CELERY_QUEUE)  # lost in a pop window
+        time.sleep(1.1)
+        app = Celery("t", broker=settings.broker_url, set_as_current=False)
+        app.conf.update(task_serializer="json", accept_content=["json"])
+        done = asyncio.run(
+            recover_intake(
+                ledger,
+                IntakeBook(r),
+                r,
+                send_jobs(app),
+                older_than_s=1,
+                chunk_size=10,
+                max_message_bytes=cap,
+            )
+        )
+        assert done.republished == 3
+        queued = r.lrange(keys.CELERY_QUEUE, 0, -1)
+        assert len(queued) == 3 and all(len(item) < cap for item in queued)
+        with app.connection_for_read() as conn, conn.SimpleQueue(keys.CELERY_QUEUE) as queue:
+            sent = []
+            for _ in queued:
+                message = queue.get(timeout=5)
+                message.ack()
+                sent += message.decode()[1]["jobs"]
+        assert sorted(job["id"] for job in sent) == [f"kanji-{i}" for i in range(3)]
+        assert all(job["state"]["text"] == "漢" * 150_000 for job in sent)
+        app.close()
         ledger.dispose()

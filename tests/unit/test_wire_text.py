@@ -21,6 +21,7 @@ from shared.errors import JobInvalid
 from shared.job_parsing import parse_job
 from shared.job_wire import wire_text
 from shared.jobs import JOB_TYPES
+from shared.message_size import one_job_message_bytes
 from shared.settings import Settings
 
 NOW = datetime(2026, 12, 1, 10, 0, 0, 123456, tzinfo=UTC)
@@ -177,3 +178,30 @@ def test_every_job_model_dumps_what_it_was_given(kind: type[BaseModel]) -> None:
         assert not model.model_computed_fields, model
         for name, info in model.model_fields.items():
             assert info.alias is None and not info.exclude, (model, name)
+
+
+def test_a_job_within_the_job_limit_fits_its_message_however_its_text_is_written() -> None:
+    # Found by an attack: the wire text escaped every non-ASCII character (six bytes for
+    # a three-byte 漢) and put a space after every separator, so a job well inside
+    # DECISIONS_MAX_JOB_BYTES (compact UTF-8) was refused for its message's size.
+    limit = 100_000
+    settings = Settings(max_job_bytes=limit, max_message_bytes=one_job_message_bytes(limit))
+    raw = job(state={"body": "漢" * 30_000, "tags": list(range(2_000))})
+    text = wire_text(*Client(settings)._checked(raw, "claims", NOW))
+    assert json.loads(text)["state"]["body"] == "漢" * 30_000
+    # The bytes sent are the compact UTF-8 the limit measures, stamps aside.
+    compact = json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
+    assert text == compact
+    Client(settings)._wired(raw, "claims", pack=False)  # not refused
+
+
+def test_a_non_ascii_job_reads_back_from_the_broker_unchanged() -> None:
+    app = Celery("t", broker="memory://", set_as_current=False)
+    app.conf.update(task_serializer="json", accept_content=["json"])
+    raw = job(id="漢-1", state={"body": "漢字 ☕ \u2028 \\ \" é", "emoji": "🦄"})
+    Client(Settings(), celery_app=app).submit_batch([raw], reply_to="claims")
+    with app.connection_for_read() as conn, conn.SimpleQueue(keys.CELERY_QUEUE) as queue:
+        message = queue.get(timeout=5)
+        message.ack()
+    [sent] = message.decode()[1]["jobs"]
+    assert parse_job(sent).state == raw["state"] and sent["id"] == "漢-1"

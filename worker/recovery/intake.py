@@ -37,9 +37,12 @@ from typing import Any
 
 import redis
 import structlog
+from celery import Celery
 
 from shared import keys
+from shared.chunk_publisher import EncodedJobs, SplicingProducer
 from shared.intake import IntakeBook, IntakeRecord, intake_member, records_intake
+from shared.job_wire import json_text
 from shared.message_size import MessageChunks, job_cost
 from shared.settings import Settings
 from worker.ledger import Ledger
@@ -53,6 +56,7 @@ __all__ = [
     "forget_ran",
     "held_message_ids",
     "recover_intake",
+    "send_jobs",
 ]
 
 log = structlog.get_logger("decisions.intake")
@@ -225,9 +229,31 @@ def _messages(
         max(1, chunk_size), max_bytes if max_bytes is not None else sys.maxsize
     )
     for record in records:
-        # kombu's JSON of the job, as Celery writes it in the body (its separators, ASCII).
-        yield from chunks.add(None, record, job_cost(json.dumps(record.job)))
+        # The job's text as ``send_jobs`` writes it in the body (compact UTF-8, as the
+        # client's): what fitted the client's message fits the reaper's.
+        yield from chunks.add(None, record, job_cost(json_text(record.job)))
     yield from chunks.drain()
+
+
+def send_jobs(celery_app: Celery) -> Publish:
+    """How the reaper publishes: one Celery message of these jobs with this task id, the
+    body written as the client writes it (``shared.chunk_publisher.SplicingProducer``), so
+    that a job is the same bytes on the queue, and under the same cap, however it got there.
+    """
+
+    def publish(jobs: list[dict[str, Any]], message_id: str) -> None:
+        with celery_app.producer_or_acquire() as producer:
+            celery_app.send_task(
+                keys.RUN_JOBS_TASK,
+                kwargs={"jobs": EncodedJobs(json_text(job) for job in jobs)},
+                queue=keys.CELERY_QUEUE,
+                task_id=message_id,
+                producer=SplicingProducer(producer),
+                argsrepr="()",
+                kwargsrepr=f"{{'jobs': <{len(jobs)} jobs>}}",
+            )
+
+    return publish
 
 
 class Recovery:
@@ -248,16 +274,7 @@ class Recovery:
             return None
         from worker.app import app as celery_app
 
-        def publish(jobs: list[dict[str, Any]], message_id: str) -> None:
-            celery_app.send_task(
-                keys.RUN_JOBS_TASK,
-                kwargs={"jobs": jobs},
-                queue=keys.CELERY_QUEUE,
-                task_id=message_id,
-                argsrepr="()",
-                kwargsrepr=f"{{'jobs': <{len(jobs)} jobs>}}",
-            )
-
+        publish = send_jobs(celery_app)
         book = IntakeBook(redis.Redis.from_url(settings.redis_url))
         return cls(settings, book, redis.Redis.from_url(settings.broker_url), publish)
 
