@@ -279,7 +279,8 @@ def test_claim_answer_and_see_the_resolution_on_the_reply_stream(
 
     # Tamper with the form in the browser: an option the question does not have.
     ann.page.eval_on_selector(
-        "fieldset#q1 input[value=billing]", "el => { el.value = 'marketing'; el.checked = true; }"
+        "fieldset#q1 input[value='=billing']",
+        "el => { el.value = 'marketing'; el.checked = true; }",
     )
     ann.publish()
     refused = ann.page.locator("fieldset#q1 .error").inner_text()
@@ -288,7 +289,7 @@ def test_claim_answer_and_see_the_resolution_on_the_reply_stream(
     ann.shot("04-escalation-refused-invalid")
     assert "e2e-refused" not in resolutions(fleet)
 
-    ann.page.check("fieldset#q1 input[value=sales]")
+    ann.page.check("fieldset#q1 input[value='=sales']")
     ann.page.check("fieldset#q2 input[value='2']")
     ann.publish()
     assert ann.page.url.endswith("/escalations")
@@ -325,7 +326,7 @@ def test_a_second_reviewer_cannot_claim_what_the_first_holds(
         bob.close()
     # ann answers it: the question below its floor is required, the others may stand.
     ann.open("e2e-low")
-    ann.page.check("fieldset#q1 input[value=sales]")
+    ann.page.check("fieldset#q1 input[value='=sales']")
     ann.publish()
     assert resolutions(fleet)["e2e-low"]["answer"]["team"] == "sales"
 
@@ -340,7 +341,7 @@ def test_a_state_crafted_to_inject_script_renders_inert(ann: Reviewer, fleet: Fl
     assert page.locator("#injected").count() == 0 and page.locator("img[src=x]").count() == 0
     assert ann.dialogs == []
     ann.shot("06-escalation-injected-state")
-    page.check("fieldset#q1 input[value=technical]")
+    page.check("fieldset#q1 input[value='=technical']")
     ann.publish()
     assert resolutions(fleet)["e2e-xss"]["answer"]["team"] == "technical"
 
@@ -354,7 +355,7 @@ def test_an_interrupted_call_needs_every_answer_and_release_returns_it(
     assert holder_of(fleet, "e2e-lost") is None
     ann.open("e2e-lost")
     ann.page.check("fieldset#q0 input[value=false]")
-    ann.page.check("fieldset#q1 input[value=technical]")
+    ann.page.check("fieldset#q1 input[value='=technical']")
     ann.publish()
     assert len(ann.page.locator(".error").all()) == 1  # mood is missing, named by its field
     assert "a value is required" in ann.page.locator("fieldset#q2 .error").inner_text()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from shared.errors import FieldProblem, ResolutionInvalid
+from shared.job_parsing import parse_job
 from shared.jobs import DecideJob
-from shared.replies import EscalationMessage
+from shared.replies import Answer, EscalationMessage
 from shared.resolutions import check_resolution
 from shared.verdicts import escalation
 from tests.console.support import (
@@ -38,8 +39,8 @@ def test_fields_follow_the_question_types_and_ask_resolve_what_is_required() -> 
     assert [f.required for f in fields] == [False, True, False]
     assert [c.value for c in fields[0].choices] == ["true", "false"]
     assert [(c.value, c.description) for c in fields[1].choices] == [
-        ("billing", "Payments"),
-        ("sales", None),
+        ("=billing", "Payments"),
+        ("=sales", None),
     ]
     assert [c.label for c in fields[2].choices] == ["0: calm", "1: cross", "2: livid"]
     assert fields[1].machine is not None and fields[1].machine.refused
@@ -61,6 +62,23 @@ def test_the_form_reads_back_into_typed_values_and_leaves_kept_ones_out() -> Non
         "team": "billing",
         "mood": 1.2,
     }
+
+
+@pytest.mark.parametrize("named", ["machine", "=machine", "true"])
+@pytest.mark.parametrize("reason", ["decision_refused", "decision_interrupted"])
+def test_an_option_reads_back_as_itself_whatever_it_is_named(named: str, reason: str) -> None:
+    # Found by an attack: an option named "machine" sent the form's own marker, so picking
+    # it published the machine's answer (or, when an answer was required, none).
+    criteria = {named: None, "human": None}
+    questions = {"who": {"type": "choice", "instructions": "Who?", "criteria": criteria}}
+    job = parse_job({"id": "o1", "reply_to": "r", "state": "s", "questions": questions})
+    answers = {"who": Answer(type="choice", value="human", confidence=0.5)}
+    message = escalation(job, reason, "test", [], answers)  # type: ignore[arg-type]
+    [field] = decide_fields(message)
+    [offered] = [c for c in field.choices if c.label == named]
+    answer = decide_answer([field], {field.name: offered.value})
+    assert answer == {"who": named}
+    assert check_resolution(message, answer) == {"who": named}
 
 
 def test_a_tampered_value_goes_through_to_resolve_which_refuses_it() -> None:

@@ -34,6 +34,7 @@ __all__ = [
     "BULK_FIELD",
     "KEEP",
     "MACHINE",
+    "OPTION_PREFIX",
     "PAGE_SIZE",
     "DecideField",
     "FieldChoice",
@@ -50,6 +51,10 @@ __all__ = [
 KEEP: Final = ""
 #: On a bulk form: keep the machine's answer to this one, whatever the bulk choice.
 MACHINE: Final = "machine"
+#: Before a choice's option in its form value: an option may be named anything, "machine"
+#: too, and must never read back as a marker (an attack's option named "machine" published
+#: the machine's answer when a reviewer picked it).
+OPTION_PREFIX: Final = "="
 BULK_FIELD: Final = "bulk"
 #: (form value, label): what applies to every question not set on the page.
 BULK_CHOICES: Final = (
@@ -201,6 +206,10 @@ def _value(kind: str, raw: str) -> Any:
         return {"true": True, "false": False}.get(raw, raw)
     if kind == "score" and _INDEX.match(raw):
         return int(raw)
+    if kind == "choice":
+        # One prefix off (an option named "=x" is sent as "==x"); a value without one is
+        # not the form's (a tampered or scripted post) and goes to resolve as it is.
+        return raw.removeprefix(OPTION_PREFIX)
     return raw
 
 
@@ -214,7 +223,7 @@ def _choices(question: Mapping[str, Any]) -> tuple[FieldChoice, ...]:
             FieldChoice("false", "no", described.get("false")),
         )
     if kind == "choice" and isinstance(criteria, Mapping):
-        return tuple(FieldChoice(str(k), str(k), v) for k, v in criteria.items())
+        return tuple(FieldChoice(OPTION_PREFIX + str(k), str(k), v) for k, v in criteria.items())
     if kind == "score" and isinstance(criteria, list):
         return tuple(FieldChoice(str(i), f"{i}: {level}") for i, level in enumerate(criteria))
     return ()
