@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.jobs import DEFAULT_TOOL_CALLS_PER_REPLY, MenuJob
-from shared.replies import ResultMessage
+from shared.jobs import DEFAULT_TOOL_CALLS_PER_REPLY, MAX_TOOL_CALLS_PER_JOB, MenuJob
+from shared.replies import EscalationMessage, ResultMessage
 from tests.menus_worker import handlers
 from tests.menus_worker.support import Harness, menu_job
 from worker.testing.faux import FauxChatReply, FauxToolCall
@@ -82,3 +82,22 @@ def test_the_bounds_at_their_defaults_leave_a_jobs_fingerprint_as_it_was() -> No
     for name in ("max_tool_calls_per_reply", "max_tool_calls"):
         del before["work"][name]
     assert job_fingerprint(job) == digest_of(before)
+
+
+async def test_a_reply_asking_for_more_tool_calls_than_any_job_may_run_ends_the_job(
+    harness: Harness,
+) -> None:
+    # Found by an attack: a 3 MB reply of 57,000 calls to a tool that does not exist was
+    # answered call by call, each answer carried on every later turn: requests of 68 MB
+    # and 688 MB of memory for one job. No job may run more than MAX_TOOL_CALLS_PER_JOB
+    # calls, so a reply asking for more is no reply to go on from.
+    job: dict[str, Any] = menu_job("h1", work={"tools": ["t_lookup"], "max_steps": 4})
+    harness.reply("h1", "turn.0", many_tool_calls(MAX_TOOL_CALLS_PER_JOB + 1, 0))
+    harness.pick("h1", "turn.1", "escalate", {"team": "billing", "summary": "lost parcel"})
+
+    assert await harness.run(job) == "escalation"
+    assert handlers.runs_of("t_lookup") == []
+    assert harness.ledger.status().requests_sent == 1
+    escalation = harness.terminal("h1")
+    assert isinstance(escalation, EscalationMessage)
+    assert f"at most {MAX_TOOL_CALLS_PER_JOB}" in (escalation.detail or "")

@@ -12,7 +12,10 @@ The OpenAI shape, which OpenRouter, vLLM and most local servers speak::
 
 ``content`` may also be a list of parts (``[{"type": "text", "text": ...}]``); their texts are
 joined. A tool call's ``arguments`` is JSON text; an object sent instead is re-encoded, so the
-engine always sees text. ``usage.cost`` (OpenRouter) is the reported cost in USD; without
+engine always sees text. A reply asking for more tool calls than any job may run
+(``MAX_TOOL_CALLS_PER_JOB``) is invalid: every call must be answered on the next turn, and
+an attack's 57,000 calls, each answered and carried on every later turn, took one job to
+requests of 68 MB. ``usage.cost`` (OpenRouter) is the reported cost in USD; without
 it the cost is unknown (``None``, never 0).
 """
 
@@ -24,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from shared.jobs import MAX_TOOL_CALLS_PER_JOB
 from shared.menus import ModelReply, ToolCall
 from worker.providers.outbound import ErrorDetails
 
@@ -79,6 +83,11 @@ def _tool_calls(raw: Any) -> tuple[ToolCall, ...]:
         return ()
     if not isinstance(raw, list):
         raise ResponseInvalid("choices[0].message.tool_calls is not a list")
+    if len(raw) > MAX_TOOL_CALLS_PER_JOB:
+        raise ResponseInvalid(
+            f"the reply asks for {len(raw)} tool calls; a job runs at most "
+            f"{MAX_TOOL_CALLS_PER_JOB} (work.max_tool_calls)"
+        )
     calls = []
     for i, item in enumerate(raw):
         function = item.get("function") if isinstance(item, dict) else None
