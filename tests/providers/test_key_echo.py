@@ -15,6 +15,7 @@ import json
 import httpx
 import pytest
 
+from shared.errors import DecisionProviderError
 from shared.menus import Message
 from worker.runtimes.chat import ChatConfig, ChatRuntime
 from worker.testing.faux import FauxProvider
@@ -118,3 +119,85 @@ async def test_a_key_echoed_by_a_chat_host_stays_out_of_the_reply_and_receipt(
     assert KEY not in unescaped
     assert base64.b64encode(f"user:{KEY}".encode()).decode() not in seen
     assert result.receipt.status == "answered"
+
+
+class Hostile(httpx.AsyncBaseTransport):
+    """The faux behind a host that answers 200 with a body rewritten by ``rewrite``."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, form: str) -> None:
+        self.inner = inner
+        self.form = form
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        await response.aread()
+        body = json.loads(response.content)
+        if self.form == "key-as-question":
+            answers = body.get("answers") if isinstance(body, dict) else None
+            if not isinstance(answers, dict) or not answers:
+                pytest.skip("this provider's answers are no object keyed by question")
+            answers[KEY] = next(iter(answers.values()))
+        if self.form == "many-questions":
+            answers = body.get("answers") if isinstance(body, dict) else None
+            if not isinstance(answers, dict) or not answers:
+                pytest.skip("this provider's answers are no object keyed by question")
+            first = next(iter(answers.values()))
+            answers.update({f"made-up-{i}-" + "x" * 50: first for i in range(5_000)})
+        text = json.dumps(body)
+        if self.form == "surrogate":
+            text = text.replace('"model": "', '"model": "\\udfff', 1)
+            text = text.replace('"content": "', '"content": "\\udfff', 1)
+            text = text.replace('"provider_request_id": "', '"provider_request_id": "\\udfff', 1)
+        content = text.encode("utf-16" if self.form == "utf-16" else "utf-8")
+        headers = {"content-type": "application/json"}
+        return httpx.Response(response.status_code, headers=headers, content=content)
+
+
+@pytest.mark.parametrize("form", ["key-as-question", "many-questions", "surrogate", "utf-16"])
+@pytest.mark.parametrize("case", WITH_KEY, ids=[c.name for c in WITH_KEY])
+async def test_a_hostile_answer_is_invalid_and_what_it_says_is_bounded_and_keyless(
+    case: Case, form: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by an attack: a host answering a question it was not asked, named by the key,
+    # put the key in the escalation's detail ("answers to questions not asked: <key>"), and
+    # 100,000 made-up ids made a 9.9 MB detail; a lone surrogate in the answer (JSON the
+    # standard parser reads) left the job with no terminal message, its reply unwritable.
+    monkeypatch.setenv(case.key_env or "", KEY)
+    http = httpx.AsyncClient(transport=Hostile(FauxProvider().transport(), form))
+    try:
+        with pytest.raises(DecisionProviderError) as failed:
+            await case.provider(http, FAST).decide(case.request(), deadline())
+    finally:
+        await http.aclose()
+    error = failed.value
+    assert error.code == "invalid_response"
+    said = f"{error} {error.detail} {error.receipt.model_dump_json() if error.receipt else ''}"
+    assert KEY not in said and len(error.detail or "") <= 500
+    assert error.receipt is not None and error.receipt.status == "failed"
+    said.encode("utf-8")  # no lone surrogate reaches a receipt or a message
+
+
+@pytest.mark.parametrize("form", ["surrogate", "utf-16"])
+async def test_a_chat_answer_that_is_not_strict_utf8_json_is_invalid(
+    form: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by an attack: a reply in UTF-16 went past the key scrub (read as UTF-8, its NUL
+    # bytes hide every piece of the key) and json.loads, which reads UTF-16 by itself, gave
+    # the key back in a pick's arguments; a lone surrogate made the job's reply unwritable.
+    monkeypatch.setenv("ECHO_CHAT_KEY", KEY)
+    http = httpx.AsyncClient(transport=Hostile(FauxProvider().transport(), form))
+    runtime = ChatRuntime(
+        ChatConfig(
+            name="hostile", base_url="http://faux.invalid", key_env="ECHO_CHAT_KEY",
+            path="/api/v1/chat/completions", default_model="m",
+        ),
+        http=http,
+    )  # fmt: skip
+    messages: list[Message] = [{"role": "user", "content": "Pick one: a or b."}]
+    try:
+        with pytest.raises(DecisionProviderError) as failed:
+            await runtime.send(runtime.prepare(messages), deadline())
+    finally:
+        await http.aclose()
+    assert failed.value.code == "invalid_response"
+    assert "UTF-8" in (failed.value.detail or "") or "surrogate" in (failed.value.detail or "")

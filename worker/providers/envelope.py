@@ -8,6 +8,7 @@ builds the request before and reads the response after; neither may send by anot
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import string
@@ -18,9 +19,11 @@ from datetime import UTC, datetime
 
 import httpx
 
-from shared.errors import DecisionProviderError
+from shared.errors import DecisionProviderError, NotStrictJSON
+from shared.limits import MAX_ID_CHARS
 from shared.replies import Receipt
 from shared.scrub import remove_secrets
+from shared.strict_json import decode_text
 from worker.providers.latency import RecentLatency
 from worker.providers.limiter import Limiter
 from worker.providers.outbound import (
@@ -34,7 +37,11 @@ from worker.providers.outbound import (
 )
 from worker.providers.transport import send_never_replay
 
-__all__ = ["Clock", "Exchange", "PaidHttp"]
+__all__ = ["MAX_DETAIL_CHARS", "Clock", "Exchange", "PaidHttp", "answer_json"]
+
+#: What a host may say in a failed call's detail (an escalation's, a receipt's): one
+#: answer naming 100,000 questions it was not asked made a 9.9 MB detail.
+MAX_DETAIL_CHARS = 300
 
 #: Names (models) whose verdict ``PaidHttp.foreign`` keeps, per provider: a host has few.
 _MAX_VERDICTS = 64
@@ -47,6 +54,27 @@ _KEY_CHARS = frozenset(string.ascii_letters + string.digits + "-._~+/=:")
 def _unescaped(match: re.Match[str]) -> str:
     char = chr(int(match[1], 16))
     return char if char in _KEY_CHARS else match[0]
+
+
+def answer_json(body: bytes) -> object:
+    """A 200 answer's body as JSON: UTF-8 only, no lone surrogate (``NotStrictJSON``; also
+    ``ValueError`` and ``RecursionError`` as ``json.loads`` raises them).
+
+    The standard parser reads more (found by an attack): UTF-16 and UTF-32 bytes, which the
+    key scrub reads as UTF-8 and so cannot see the key in, and a ``\udfff`` escape, a
+    string no reply, ledger row or stream entry can be written with (the job was left
+    without a terminal message). The surrogate check walks the value only when the text
+    holds such an escape (a few per million answers: an emoji written escaped)."""
+    text = decode_text(body)
+    value = json.loads(text)
+    if "\\ud" in text or "\\uD" in text:
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise NotStrictJSON(
+                "holds a lone surrogate (a \\ud800 to \\udfff escape not in a pair)"
+            ) from None
+    return value
 
 
 @dataclass(frozen=True)
@@ -118,10 +146,14 @@ class PaidHttp:
 
     def foreign(self, value: str | None, *, repeats: bool = False) -> str | None:
         """``value`` (an id or a name the host answered with), or None if it holds the key in
-        any form ``shared.scrub`` knows (whole, case-folded, base64, a long piece of it).
+        any form ``shared.scrub`` knows (whole, case-folded, base64, a long piece of it), or
+        is longer than an id may be (``MAX_ID_CHARS``: a 3 MB model name went in every
+        receipt, and a label naming it is refused).
 
         About 10 us a value; ``repeats`` (a model's name, the same on every answer) keeps
         the verdict for the next answer."""
+        if value is not None and len(value) > MAX_ID_CHARS:
+            return None
         key = self._sent_key() if value else None
         if key is None or value is None:
             return value
@@ -136,6 +168,13 @@ class PaidHttp:
         """``text`` the host wrote (a reply, an excerpt) with the key's every form removed."""
         key = self._sent_key()
         return text if key is None else remove_secrets(text, (key,))
+
+    def foreign_detail(self, text: str) -> str:
+        """A failed answer's detail, which may quote the host (a question id it made up):
+        without the key, at most ``MAX_DETAIL_CHARS``. Scrubbed before it is cut, and only
+        a bounded head of it, so that a key cut in two at the end is never left."""
+        head = self.foreign_text(text[: 4 * MAX_DETAIL_CHARS])
+        return head if len(head) <= MAX_DETAIL_CHARS else head[: MAX_DETAIL_CHARS - 1] + "…"
 
     def foreign_body(self, body: bytes) -> bytes:
         """A whole answer's body without the key (a chat reply: kept, replayed, escalated);

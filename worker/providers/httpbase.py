@@ -7,7 +7,6 @@ and evidence; the sending, the error handling and the receipts are here, once.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Final
@@ -17,7 +16,7 @@ import httpx
 
 from shared.canonical import canonical_bytes, sha256_hex
 from shared.decoding import MissingAnswer
-from shared.errors import DecisionProviderError
+from shared.errors import DecisionProviderError, NotStrictJSON
 from shared.outcomes import call_status
 from shared.replies import Answer, CallStatus, ConfidenceSource, CostBasis, Evidence, Receipt
 from worker.observability import tracing
@@ -28,7 +27,7 @@ from worker.providers.base import (
     ProviderResult,
     ReplayPolicy,
 )
-from worker.providers.envelope import Clock, PaidHttp
+from worker.providers.envelope import Clock, PaidHttp, answer_json
 from worker.providers.limiter import Limiter
 from worker.providers.outbound import (
     AuthSpec,
@@ -249,7 +248,7 @@ class HttpDecisionProvider:
         response = exchange.response
         body: Any = None
         try:
-            body = json.loads(response.body)
+            body = answer_json(response.body)
             if tracing.enabled():
                 tracing.annotate(**{"gen_ai.usage.input_tokens": tracing.input_tokens(body)})
             answers = self._answers(prepared, body)
@@ -282,9 +281,12 @@ class HttpDecisionProvider:
         clock: Clock,
     ) -> DecisionProviderError:
         if isinstance(cause, DecisionProviderError):
-            message = cause.detail
+            # It may quote the host (question ids it was not asked): keyless and bounded.
+            message = self._paid.foreign_detail(cause.detail)
         elif isinstance(cause, RecursionError):
             message = "the response body is JSON nested too deep to read"
+        elif isinstance(cause, NotStrictJSON):
+            message = f"the response body is not strict JSON: {cause}"
         else:
             message = "the response body is not JSON"
         # The request was answered, so it was paid: book what the body says, or the rule for

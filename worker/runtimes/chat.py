@@ -19,7 +19,6 @@ deadline); ``worker.runtimes.BlockingRuntime`` serves the engine's synchronous p
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -28,14 +27,14 @@ from typing import ClassVar, Final
 import httpx
 
 from shared.canonical import canonical_bytes, sha256_hex
-from shared.errors import DecisionProviderError
+from shared.errors import DecisionProviderError, NotStrictJSON
 from shared.menus import Message, ModelReply, ToolSpec
 from shared.outcomes import call_status
 from shared.replies import CallStatus, Receipt
 from shared.setting_types import ChatHost
 from shared.settings import Settings
 from worker.observability import tracing
-from worker.providers.envelope import Clock, PaidHttp
+from worker.providers.envelope import Clock, PaidHttp, answer_json
 from worker.providers.httpbase import CALL_KEY_HEADER, header_value
 from worker.providers.limiter import Limiter
 from worker.providers.outbound import AuthSpec, TransportPolicy
@@ -297,14 +296,19 @@ class ChatRuntime:
         body: object = None
         try:
             # Without the key it was sent: the reply is kept, replayed and escalated whole.
-            body = json.loads(self._paid.foreign_body(response.body))
+            # Strict UTF-8 JSON (``answer_json``): a UTF-16 body hid the key from the scrub.
+            body = answer_json(self._paid.foreign_body(response.body))
             reply = decode_reply(body)
         # RecursionError: JSON nested deeper than the parser goes (a 200 KB body can be).
         except (ValueError, RecursionError, ResponseInvalid) as exc:
             if isinstance(exc, RecursionError):
                 message = "the body is JSON nested too deep to read"
+            elif isinstance(exc, ResponseInvalid):
+                message = self._paid.foreign_detail(str(exc))
+            elif isinstance(exc, NotStrictJSON):
+                message = f"the body is not strict JSON: {exc}"
             else:
-                message = str(exc) if isinstance(exc, ResponseInvalid) else "the body is not JSON"
+                message = "the body is not JSON"
             cost = reported_cost(body)
             error = DecisionProviderError(
                 "invalid_response", message, provider=self.name,

@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 
 from shared.jobs import MAX_TOOL_CALLS_PER_JOB
+from shared.limits import MAX_ID_CHARS
 from shared.menus import ModelReply, ToolCall
 from worker.providers.outbound import ErrorDetails
 
@@ -114,12 +115,13 @@ def reported_cost(body: Any) -> float | None:
 
 def response_id(body: Any) -> str | None:
     value = body.get("id") if isinstance(body, dict) else None
-    return value if isinstance(value, str) and value else None
+    return value if isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS else None
 
 
 def answered_model(body: Any, asked: str) -> str:
     value = body.get("model") if isinstance(body, dict) else None
-    return value if isinstance(value, str) and value else asked
+    # An id's bound: a 3 MB name went in every receipt (and a label naming it is refused).
+    return value if isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS else asked
 
 
 def error_details(status: int, headers: httpx.Headers, body: bytes) -> ErrorDetails:
