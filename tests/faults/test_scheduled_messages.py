@@ -75,3 +75,24 @@ def test_a_message_that_asks_to_wait_or_expire_is_rejected_at_once(
     while crew.broker.hlen("unacked") and time.monotonic() < until:
         time.sleep(0.1)
     assert crew.broker.hlen("unacked") == 0
+
+
+def test_a_retry_whose_eta_a_fast_clock_set_runs_now_and_is_answered_once(
+    new_fleet: FleetFactory,
+) -> None:
+    # Found by an attack: a worker whose clock ran an hour fast retried a chunk (a Redis
+    # blip) with an eta an hour ahead by the reading worker's clock; its jobs were
+    # rejected, and the reaper later published each one's stored result too: two terminal
+    # messages a job. A retry's eta is the fleet's own: however far a skewed clock put it,
+    # its jobs run now (their deadlines, from the ledger's clock, still hold).
+    crew = new_fleet("skewed")
+    worker = crew.start_worker()
+    skewed = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    retried = decide_job("skewed-retry", reply_to=crew.stream)
+    envelope = raw_envelope(task_body(retried), headers={"eta": skewed, "retries": 1})
+    crew.broker.lpush(keys.CELERY_QUEUE, json.dumps(envelope))
+    crew.expect_replies(crew.pairs([retried["id"]]), timeout_s=60)
+    time.sleep(1)  # a second terminal message would follow the first at once
+    replies = [entry for entry in crew.entries() if entry.job_id == retried["id"]]
+    assert [entry.type for entry in replies] == ["result"]
+    assert worker.alive()

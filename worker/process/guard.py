@@ -252,8 +252,9 @@ def unscheduled(headers: dict[str, Any], longest_wait_s: float) -> list[FieldPro
     that Celery neither holds the message nor drops it as expired: its jobs are refused).
 
     An ``eta`` (Celery's ``countdown`` too) further than ``longest_wait_s`` (and some
-    clock slack) ahead: no job waits longer than the deadline ceiling, and the worker's own
-    retries (``autoretry_for``) wait at most their backoff. Before, an ``eta`` ten years
+    clock slack) ahead, on a message that is no retry (a retry's is cleared: it runs now):
+    no job waits longer than the deadline ceiling, and the worker's own retries
+    (``autoretry_for``) wait at most their backoff. Before, an ``eta`` ten years
     ahead was held in the worker's memory for good, and put back by the visibility timeout
     for another worker to hold. An ``expires``, which nothing of ours sets: an expired
     message was acknowledged as revoked. Either way its jobs were never answered."""
@@ -262,7 +263,15 @@ def unscheduled(headers: dict[str, Any], longest_wait_s: float) -> list[FieldPro
     if eta is not None:
         when = _instant(eta)
         latest = datetime.now(UTC) + timedelta(seconds=longest_wait_s + ETA_SLACK_S)
-        if when is None or when > latest:
+        if when is not None and when > latest and _retried(headers):
+            # The fleet's own retry, its eta set by a worker whose clock runs ahead (found by
+            # an attack: an hour fast, its retried jobs were rejected here, and the reaper
+            # published each one's stored result too). It runs now: early is harmless, as
+            # deadlines come from the ledger's clock; a rejection would be a second terminal
+            # message. A forged retry count only makes a message run at once.
+            log.warning("task.eta_ahead", eta=str(eta)[:40], ahead_s=_ahead_s(when))
+            headers["eta"] = None
+        elif when is None or when > latest:
             problems.append(FieldProblem(
                 "eta",
                 f"a message may not wait more than {longest_wait_s:g} s (its eta or countdown; "
@@ -278,6 +287,15 @@ def unscheduled(headers: dict[str, Any], longest_wait_s: float) -> list[FieldPro
         ))
         headers["expires"] = None
     return problems
+
+
+def _retried(headers: dict[str, Any]) -> bool:
+    retries = headers.get("retries")
+    return isinstance(retries, int) and not isinstance(retries, bool) and retries > 0
+
+
+def _ahead_s(when: datetime) -> int:
+    return int((when - datetime.now(UTC)).total_seconds())
 
 
 def _instant(value: Any) -> datetime | None:
