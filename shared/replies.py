@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic_core import PydanticSerializationError
 
 __all__ = [
     "TERMINAL_TYPES",
@@ -227,7 +228,16 @@ class _Message(BaseModel):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
     def to_json(self) -> str:
-        return self.model_dump_json()
+        try:
+            return self.model_dump_json()
+        except PydanticSerializationError:
+            # A string no UTF-8 can hold (a lone surrogate a handler returned): written with
+            # "?" in its place, since a message that cannot be written leaves its job without
+            # a terminal message for good (found by an attack), every redelivery failing alike.
+            text = json.dumps(
+                self.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":")
+            )
+            return text.encode("utf-8", "replace").decode("utf-8")
 
 
 class ResultMessage(_Message):

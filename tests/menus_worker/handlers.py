@@ -92,3 +92,10 @@ def t_fallback() -> str:
     """Send the fallback reply."""
     _ran("t_fallback")
     return "FALLBACK_SENT"
+
+
+@handler("t_unwritable")
+def unwritable(note: str) -> dict[str, Any]:
+    """Answer with text no JSON writer can encode (a lone surrogate)."""
+    _ran("t_unwritable", note=note)
+    return {"note": note + "\udfff"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from pydantic import TypeAdapter
@@ -12,7 +13,9 @@ from shared.fingerprint import job_fingerprint
 from shared.job_parsing import job_kind, parse_job
 from shared.jobs import Job, MenuJob
 from shared.menus import Handler
-from tests.menus_worker.support import OPTIONS, menu_job
+from shared.replies import EscalationMessage, ResultMessage
+from tests.menus_worker import handlers
+from tests.menus_worker.support import OPTIONS, Harness, menu_job
 
 
 def test_a_menu_job_parses_from_bytes_with_its_defaults() -> None:
@@ -63,3 +66,30 @@ def test_menu_job_of_encodes_the_python_notation() -> None:
     moved = job.model_copy(update={"reply_to": "elsewhere", "timeout_s": 5})
     assert job_fingerprint(moved) == job_fingerprint(job)
     assert job_fingerprint(job.model_copy(update={"prompt": "q"})) != job_fingerprint(job)
+
+
+async def test_a_handler_result_no_json_writer_can_encode_still_ends_the_job_once(
+    harness: Harness,
+) -> None:
+    # Found by an attack (through a model's pick, and here through a handler): a result
+    # holding a lone surrogate could not be written, so the job's terminal message never
+    # was: every redelivery failed the same way until the reaper gave the job up.
+    options = [*OPTIONS, {"kind": "handler", "name": "odd", "handler": "t_unwritable"}]
+    job: dict[str, Any] = menu_job("u1", options=options)
+    harness.pick("u1", "pick.0", "odd", {"note": "hi"})
+    assert await harness.run(job) == "result"
+    result = harness.terminal("u1")
+    assert isinstance(result, ResultMessage)
+    assert json.dumps(result.value, ensure_ascii=False).encode()  # UTF-8 all through
+    assert len(handlers.runs_of("t_unwritable")) == 1
+    assert await harness.run(job) == "result"  # a redelivery replays it; nothing runs again
+    assert len(handlers.runs_of("t_unwritable")) == 1
+
+
+def test_a_message_holding_a_lone_surrogate_is_written_with_a_question_mark() -> None:
+    # What a handler's exception text (an escalation's detail) may carry: the message is
+    # written all the same, so that its job ends.
+    message = EscalationMessage(job_id="u2", reason="handler_failed", detail="raised \udfff!")
+    text = message.to_json()
+    text.encode("utf-8")
+    assert json.loads(text)["detail"] == "raised ?!"

@@ -39,6 +39,7 @@ __all__ = [
     "reply_outcome",
     "tool_content",
     "tool_result_from_outcome",
+    "writable",
 ]
 
 #: The head of a reply or result kept for the trace.
@@ -146,15 +147,29 @@ def jsonable(value: Any) -> Any:
     """A handler's result as plain JSON (what a result message can carry and the ledger keep).
 
     Pydantic's encoder takes dataclasses, models, datetimes, sets and the like; anything else
-    becomes its ``repr``.
+    becomes its ``repr``. A string no UTF-8 can hold (a lone surrogate) has "?" in its
+    place: neither the ledger nor a message could be written with it, and the job was left
+    without a terminal message for good (found by an attack).
     """
-    return to_jsonable_python(value, fallback=repr)
+    plain = to_jsonable_python(value, fallback=repr)
+    text = json.dumps(plain, ensure_ascii=False)
+    clean = writable(text)
+    return plain if clean is text else json.loads(clean)
+
+
+def writable(text: str) -> str:
+    """``text`` with "?" for each lone surrogate (as it is when it holds none)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
 
 
 def tool_content(result: Any) -> str:
     """The tool message content a result becomes (the engine's own rule, made storable)."""
     if isinstance(result, str):
-        return result
+        return writable(result)
     return json.dumps(jsonable(result), ensure_ascii=False, sort_keys=True)
 
 
