@@ -77,14 +77,14 @@ def test_a_message_that_asks_to_wait_or_expire_is_rejected_at_once(
     assert crew.broker.hlen("unacked") == 0
 
 
-def test_a_retry_whose_eta_a_fast_clock_set_runs_now_and_is_answered_once(
+def test_a_retry_whose_eta_a_fast_clock_set_runs_after_its_backoff_and_is_answered_once(
     new_fleet: FleetFactory,
 ) -> None:
     # Found by an attack: a worker whose clock ran an hour fast retried a chunk (a Redis
     # blip) with an eta an hour ahead by the reading worker's clock; its jobs were
     # rejected, and the reaper later published each one's stored result too: two terminal
     # messages a job. A retry's eta is the fleet's own: however far a skewed clock put it,
-    # its jobs run now (their deadlines, from the ledger's clock, still hold).
+    # its jobs run after the longest backoff (their deadlines come from the ledger's clock).
     crew = new_fleet("skewed")
     worker = crew.start_worker()
     skewed = (datetime.now(UTC) + timedelta(hours=1)).isoformat()

@@ -247,12 +247,14 @@ def malformed(message: Any) -> str | None:
 ETA_SLACK_S: Final = 60.0
 
 
-def unscheduled(headers: dict[str, Any], longest_wait_s: float) -> list[FieldProblem]:
+def unscheduled(
+    headers: dict[str, Any], longest_wait_s: float, retry_wait_s: float = 0.0
+) -> list[FieldProblem]:
     """The problems of a message's scheduling headers, each cleared in ``headers`` (so
     that Celery neither holds the message nor drops it as expired: its jobs are refused).
 
     An ``eta`` (Celery's ``countdown`` too) further than ``longest_wait_s`` (and some
-    clock slack) ahead, on a message that is no retry (a retry's is cleared: it runs now):
+    clock slack) ahead, on a message that is no retry (a retry's waits ``retry_wait_s``):
     no job waits longer than the deadline ceiling, and the worker's own retries
     (``autoretry_for``) wait at most their backoff. Before, an ``eta`` ten years
     ahead was held in the worker's memory for good, and put back by the visibility timeout
@@ -266,11 +268,14 @@ def unscheduled(headers: dict[str, Any], longest_wait_s: float) -> list[FieldPro
         if when is not None and when > latest and _retried(headers):
             # The fleet's own retry, its eta set by a worker whose clock runs ahead (found by
             # an attack: an hour fast, its retried jobs were rejected here, and the reaper
-            # published each one's stored result too). It runs now: early is harmless, as
-            # deadlines come from the ledger's clock; a rejection would be a second terminal
-            # message. A forged retry count only makes a message run at once.
+            # published each one's stored result too: a second terminal message). It waits
+            # its backoff's longest by this worker's clock instead: sooner than its writer
+            # meant is harmless, as deadlines come from the ledger's clock; at once would
+            # fail at once through the outage it retries for, again and again. A forged
+            # retry count only makes a message wait that long.
             log.warning("task.eta_ahead", eta=str(eta)[:40], ahead_s=_ahead_s(when))
-            headers["eta"] = None
+            soon = datetime.now(UTC) + timedelta(seconds=retry_wait_s)
+            headers["eta"] = soon.isoformat() if retry_wait_s > 0 else None
         elif when is None or when > latest:
             problems.append(FieldProblem(
                 "eta",
@@ -345,9 +350,8 @@ def checked_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Calla
     connection_errors = tuple(getattr(consumer, "connection_errors", ()) or ())
     limits = current_limits()
     # A job waits no longer than the deadline ceiling; the task's own retries, their backoff.
-    longest_wait_s = max(
-        get_settings().deadline_ceiling_s, float(getattr(task, "retry_backoff_max", 0) or 0)
-    )
+    retry_wait_s = float(getattr(task, "retry_backoff_max", 0) or 0)
+    longest_wait_s = max(get_settings().deadline_ceiling_s, retry_wait_s)
 
     def task_message_handler(
         message: Any, body: Any, ack: Any, reject: Any, callbacks: Any, **options: Any
@@ -372,7 +376,7 @@ def checked_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Calla
             if headers.problem is not None:
                 _poison("oversize_headers", task.name, headers.problem[1])
                 raise InvalidTaskError(f"{task.name}: headers: {headers.problem[1]}")
-            scheduled = unscheduled(message.headers, longest_wait_s)
+            scheduled = unscheduled(message.headers, longest_wait_s, retry_wait_s)
             problem, refused = contain(message.payload, limits, scheduled)
             if refused:
                 _poison("job_refused", task.name, f"{refused} job(s) refused", refused)
