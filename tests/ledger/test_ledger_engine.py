@@ -10,12 +10,14 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import event, exc, text
 
 from shared.errors import LedgerError
 from shared.settings import Settings
 from worker.ledger import Ledger, LedgerUnavailable
+from worker.ledger.engine import translate_error
 
 
 def later(seconds: float = 60.0) -> datetime:
@@ -228,5 +230,39 @@ def test_a_ledger_is_not_used_across_fork(tmp_path: Path) -> None:
         child.join(30)
         assert "create the Ledger in the process that uses it" in message
         assert ledger.get_job("j") is not None  # the parent's ledger is unharmed
+    finally:
+        ledger.dispose()
+
+
+@pytest.mark.parametrize(
+    "sqlstate",
+    ["25006", "25P03", "25P04", "57P01", "57P03", "53100", "53200", "53300", "08006"],
+)
+def test_a_server_that_cannot_take_writes_now_is_an_outage(sqlstate: str) -> None:
+    # psycopg's classes for these differ (25xxx are InternalError): the SQLSTATE decides.
+    orig = psycopg.errors.lookup(sqlstate)("the server's own words")
+    error = exc.DBAPIError.instance("INSERT", None, orig, psycopg.Error)
+    translated = translate_error(error, "postgresql+psycopg://u:pw@db/ledger")
+    assert isinstance(translated, LedgerUnavailable)
+    assert str(translated).startswith("ledger unavailable at postgresql+psycopg://u:***@db/ledger")
+
+
+@pytest.mark.parametrize("sqlstate", ["25001", "42601", "XX000", "23505"])
+def test_a_statement_the_server_refuses_stays_a_bug(sqlstate: str) -> None:
+    orig = psycopg.errors.lookup(sqlstate)("the server's own words")
+    error = exc.DBAPIError.instance("INSERT", None, orig, psycopg.Error)
+    assert translate_error(error, "postgresql+psycopg://db/ledger") is None
+
+
+@pytest.mark.integration
+def test_postgres_ending_an_idle_transaction_is_an_outage(pg_url: Callable[..., str]) -> None:
+    ledger = Ledger(pg_url("-cidle_in_transaction_session_timeout=100"))
+    try:
+        ledger.migrate()
+        with pytest.raises(LedgerUnavailable), ledger.transaction() as conn:
+            conn.execute(text("SELECT 1"))
+            time.sleep(0.5)  # the server ends the session (25P03)
+            conn.execute(text("UPDATE jobs SET batch = 'x'"))
+        open_one(ledger)  # and the next transaction has a live connection
     finally:
         ledger.dispose()

@@ -41,6 +41,15 @@ _PG_CONNECT_TIMEOUT_S: Final = 10
 #: What SQLite says of a file that is not one of its databases (SQLITE_NOTADB), in its
 #: current wording and in the one of releases before 3.32.
 _NOT_SQLITE: Final = ("file is not a database", "file is encrypted or is not a database")
+#: PostgreSQL's SQLSTATEs for "the server cannot take this write now, or ended the session":
+#: an outage to wait out, whatever DB-API class the driver files them under. psycopg makes
+#: class 25 an ``InternalError``, so a read-only server (a failover to a demoted primary, a
+#: managed database protecting a full disk: 25006) or a session the server timed out (25P03,
+#: 25P04) read as bugs, and paid answers were dropped instead of held until written.
+_OUTAGE_SQLSTATES: Final = frozenset({"25006", "25P03", "25P04"})
+#: Whole classes: 08 connection exception, 53 insufficient resources (disk full, out of
+#: memory, too many connections), 57 operator intervention (shutdown, cannot connect now).
+_OUTAGE_CLASSES: Final = ("08", "53", "57")
 
 
 def describe_url(url: str | URL) -> str:
@@ -89,7 +98,8 @@ def _sqlite_engine(url: URL, *, busy_timeout_s: float, echo: bool) -> Engine:
 
 def translate_error(error: exc.SQLAlchemyError, url: str | URL) -> LedgerError | None:
     """The ``LedgerError`` a database error means, or None for errors that are bugs: the
-    database cannot be reached (``LedgerUnavailable``), has no ledger tables
+    database cannot be reached or will not take writes now (``LedgerUnavailable``: read-only,
+    out of disk or connections, shutting down, the session ended), has no ledger tables
     (``SchemaBehind``), or is a file that is not a SQLite database (``NotADatabase``).
 
     The message names the URL without its password and the driver's own first line, from
@@ -110,9 +120,23 @@ def translate_error(error: exc.SQLAlchemyError, url: str | URL) -> LedgerError |
     detail = _driver_detail(error, url)
     if _missing_table(error):
         return SchemaBehind(f"ledger tables are missing ({detail}): run `decisions migrate`")
-    if isinstance(error, exc.OperationalError | exc.InterfaceError) or error.connection_invalidated:
+    if (
+        isinstance(error, exc.OperationalError | exc.InterfaceError)
+        or error.connection_invalidated
+        or _server_outage(error)
+    ):
         return LedgerUnavailable(f"ledger unavailable at {describe_url(url)}: {detail}")
     return None
+
+
+def _server_outage(error: exc.DBAPIError) -> bool:
+    # By SQLSTATE, not by the driver's class: psycopg files some outages under InternalError.
+    # SQLite needs no entry: its read-only file, full disk, I/O error and lock all arrive as
+    # OperationalError (and out of memory as Python's MemoryError, not a database error).
+    sqlstate = getattr(error.orig, "sqlstate", None)
+    if not isinstance(sqlstate, str):
+        return False
+    return sqlstate in _OUTAGE_SQLSTATES or sqlstate.startswith(_OUTAGE_CLASSES)
 
 
 def _not_sqlite(error: exc.DBAPIError, url: str | URL) -> bool:

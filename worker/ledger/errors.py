@@ -3,7 +3,8 @@
 All stay inside the one exception tree: ``except LedgerError`` still catches them::
 
     LedgerError (shared.errors)
-    ├── LedgerUnavailable   the database cannot be reached or stayed locked: retry later
+    ├── LedgerUnavailable   the database cannot be reached, takes no writes now (read-only,
+    │                       disk full, too many connections) or stayed locked: retry later
     ├── NotADatabase        the ledger URL names a file that is not SQLite's (and a
     │                       ConfigurationError: the setting must change, no retry mends it)
     ├── ClaimLost           an outcome for a call that is no longer claimed (not written)
@@ -33,7 +34,8 @@ __all__ = [
 
 
 class LedgerUnavailable(LedgerError):
-    """The ledger's database cannot be reached, or SQLite stayed locked past the busy timeout.
+    """The ledger's database cannot be reached or take writes now (PostgreSQL read-only, out of
+    disk or connections, shutting down), or SQLite stayed locked past the busy timeout.
 
     Nothing was committed by the statement that failed; the caller must not send.
     """
