@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx
 import pytest
-import sqlalchemy as sa
 from structlog.testing import capture_logs
 
 from shared.settings import Settings
@@ -40,25 +39,20 @@ def private_postgres() -> Iterator[OwnPostgres]:
         yield server
 
 
-def set_read_only(admin: sa.Engine, on: bool) -> None:
-    # ALTER SYSTEM cannot run in a transaction block; the reload reaches every backend.
-    with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.exec_driver_sql(
-            f"ALTER SYSTEM SET default_transaction_read_only = {'on' if on else 'off'}"
-        )
-        conn.exec_driver_sql("SELECT pg_reload_conf()")
+def set_read_only(server: OwnPostgres, on: bool) -> None:
+    server.alter_system(f"default_transaction_read_only = {'on' if on else 'off'}")
 
 
 class ReadOnlyWhileAnswering(httpx.AsyncBaseTransport):
     """The faux, with the ledger's server turned read-only while the request is in flight:
     the claim was committed, the answer comes back to a ledger that cannot take it."""
 
-    def __init__(self, faux: FauxProvider, admin: sa.Engine) -> None:
+    def __init__(self, faux: FauxProvider, server: OwnPostgres) -> None:
         self.inner = faux.transport()
-        self.admin = admin
+        self.server = server
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        set_read_only(self.admin, True)
+        set_read_only(self.server, True)
         return await self.inner.handle_async_request(request)
 
 
@@ -68,7 +62,6 @@ def test_an_answer_held_through_a_read_only_ledger_is_written_once_writable(
     import worker.delivery.outage as outage
 
     monkeypatch.setattr(outage, "RECORD_RETRY_FIRST_S", 0.05)
-    admin = sa.create_engine(private_postgres.url)
     settings = Settings(_env_file=None, ledger_url=private_postgres.url, faux_url=None)
     ledger = Ledger.from_settings(settings)
     ledger.migrate()
@@ -78,14 +71,14 @@ def test_an_answer_held_through_a_read_only_ledger_is_written_once_writable(
     def on_outage(sender: Any = None, error: Any = None, **_: Any) -> None:
         failures.append(error)
         if len(failures) == READ_ONLY_FOR:
-            set_read_only(admin, False)
+            set_read_only(private_postgres, False)
 
     ledger_outage.connect(on_outage, weak=False)
     runner = Runner(
         settings=settings,
         ledger=ledger,
         providers=ProviderRegistry.from_settings(
-            settings, faux_transport=ReadOnlyWhileAnswering(faux, admin)
+            settings, faux_transport=ReadOnlyWhileAnswering(faux, private_postgres)
         ),
         sink=MemorySink(),
     )
@@ -100,9 +93,8 @@ def test_an_answer_held_through_a_read_only_ledger_is_written_once_writable(
             assert asyncio.run(runner.run_one(job)) == "result"
     finally:
         ledger_outage.disconnect(on_outage)
-        set_read_only(admin, False)
+        set_read_only(private_postgres, False)
         ledger.dispose()
-        admin.dispose()
 
     assert faux.total() == 1
     assert len(failures) >= READ_ONLY_FOR

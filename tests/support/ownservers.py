@@ -171,6 +171,19 @@ class OwnPostgres:
         finally:
             engine.dispose()
 
+    def alter_system(self, *settings: str) -> None:
+        """``ALTER SYSTEM SET`` each of ``settings`` ("name = value"), then reload: a reloaded
+        setting reaches every session, pooled ones too (``max_connections`` waits for a
+        restart)."""
+        admin = sa.create_engine(self.url, isolation_level="AUTOCOMMIT")
+        try:
+            with admin.connect() as conn:
+                for setting in settings:
+                    conn.exec_driver_sql(f"ALTER SYSTEM SET {setting}")
+                conn.exec_driver_sql("SELECT pg_reload_conf()")
+        finally:
+            admin.dispose()
+
     def stop(self, mode: str = "fast") -> None:
         """``fast`` closes every session (as a restart does); ``immediate`` is a crash."""
         self._run(

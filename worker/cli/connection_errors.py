@@ -19,6 +19,7 @@ from sqlalchemy import exc as sa_exc
 
 from worker.cli.explanation import RUNTIME, Explanation, masked, raw_setting, setting_url
 from worker.cli.ledger_file import file_problem
+from worker.ledger.engine import PG_MAX_OVERFLOW, PG_POOL_SIZE
 from worker.ledger.errors import LedgerUnavailable
 
 __all__ = ["CONNECTION_HANDLERS", "URL_SETTINGS"]
@@ -60,6 +61,9 @@ def _ledger_failure(detail: str) -> Explanation:
         return Explanation(
             f"{where}: {detail}", "put the right user and password in DECISIONS_LEDGER_URL"
         )
+    server_said = _server_refusal(where, detail)
+    if server_said is not None:
+        return server_said
     if "unable to open database file" in detail:
         return Explanation(
             f"{where}: SQLite cannot open that file",
@@ -70,6 +74,28 @@ def _ledger_failure(detail: str) -> Explanation:
         "start the database, or point DECISIONS_LEDGER_URL at one that answers",
         RUNTIME,
     )
+
+
+def _server_refusal(where: str, detail: str) -> Explanation | None:
+    """A PostgreSQL that runs and answers, but refuses: "start the database" is the wrong fix.
+    Kept short: ``decisions status`` shows 300 characters of the problem and the fix."""
+    if "too many clients already" in detail or "remaining connection slots are reserved" in detail:
+        return Explanation(
+            f"{where}: PostgreSQL has no connection slot left (max_connections)",
+            "raise the server's max_connections, or run fewer workers or a lower "
+            "DECISIONS_WORKER_CONCURRENCY: a worker process keeps up to "
+            f"{PG_POOL_SIZE + PG_MAX_OVERFLOW} ledger connections",
+            RUNTIME,
+        )
+    if "read-only transaction" in detail:
+        return Explanation(
+            f"{where}: PostgreSQL takes no writes (a standby, or default_transaction_read_only "
+            "is on)",
+            "point DECISIONS_LEDGER_URL at the primary, or turn default_transaction_read_only "
+            "off once the failover or full disk that set it is over",
+            RUNTIME,
+        )
+    return None
 
 
 def _no_dialect(exc: sa_exc.NoSuchModuleError) -> Explanation:

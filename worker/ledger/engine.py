@@ -32,12 +32,24 @@ from sqlalchemy.pool import ConnectionPoolEntry
 from shared.errors import LedgerError, SchemaBehind
 from worker.ledger.errors import LedgerUnavailable, NotADatabase
 
-__all__ = ["READ_ONLY", "describe_url", "make_engine", "translate_error"]
+__all__ = [
+    "PG_MAX_OVERFLOW",
+    "PG_POOL_SIZE",
+    "READ_ONLY",
+    "describe_url",
+    "make_engine",
+    "translate_error",
+]
 
 #: Execution option marking a transaction that only reads (SQLite begins it deferred).
 READ_ONLY: Final = "ledger_read_only"
 
 _PG_CONNECT_TIMEOUT_S: Final = 10
+#: A PostgreSQL ledger's pool (SQLAlchemy's defaults, written out so that the CLI can name
+#: them): connections kept open, and more opened at peaks and closed after. Each process
+#: that opens a ``Ledger`` may hold their sum against the server's ``max_connections``.
+PG_POOL_SIZE: Final = 5
+PG_MAX_OVERFLOW: Final = 10
 #: What SQLite says of a file that is not one of its databases (SQLITE_NOTADB), in its
 #: current wording and in the one of releases before 3.32.
 _NOT_SQLITE: Final = ("file is not a database", "file is encrypted or is not a database")
@@ -66,7 +78,14 @@ def make_engine(url: str | URL, *, busy_timeout_s: float = 5.0, echo: bool = Fal
         if "connect_timeout" not in parsed.query:
             # Without it an unreachable host hangs for the OS's TCP timeout (minutes).
             connect_args["connect_timeout"] = _PG_CONNECT_TIMEOUT_S
-        return create_engine(parsed, echo=echo, pool_pre_ping=True, connect_args=connect_args)
+        return create_engine(
+            parsed,
+            echo=echo,
+            pool_pre_ping=True,
+            pool_size=PG_POOL_SIZE,
+            max_overflow=PG_MAX_OVERFLOW,
+            connect_args=connect_args,
+        )
     return create_engine(parsed, echo=echo, pool_pre_ping=True)
 
 
