@@ -27,7 +27,15 @@ from shared.errors import ConfigurationError, DecisionWorkerError, SchemaBehind,
 from shared.settings import Settings
 from worker.cli import output
 from worker.cli.connection_errors import CONNECTION_HANDLERS
-from worker.cli.explanation import RUNTIME, USAGE, Explanation, masked, setting_variable
+from worker.cli.explanation import (
+    RUNTIME,
+    USAGE,
+    Explanation,
+    masked,
+    setting_url,
+    setting_variable,
+)
+from worker.ledger.errors import TablesMissing
 
 __all__ = ["RUNTIME", "UNEXPECTED", "USAGE", "Explanation", "explain"]
 
@@ -114,6 +122,17 @@ def _is_secret(field: str) -> bool:
 
 
 def _schema_behind(exc: SchemaBehind) -> Explanation:
+    if isinstance(exc, TablesMissing):
+        # Never migrated, or dropped: the same error, not the same fix. A dropped ledger took
+        # with it the claims that kept calls from being sent twice; migrating a new one
+        # silently promised what no longer holds (an attack followed the hint and got every
+        # call in flight sent twice).
+        return Explanation(
+            f"the ledger at DECISIONS_LEDGER_URL={setting_url('ledger_url')} has no tables: {exc}",
+            "a new ledger: run `decisions migrate`; tables dropped under running workers: "
+            "restore them from a backup, as with new ones a call in flight when they went may "
+            "be sent, and paid for, again",
+        )
     return Explanation(
         f"the ledger's schema is behind this code: {exc}",
         "run `decisions migrate` against DECISIONS_LEDGER_URL",

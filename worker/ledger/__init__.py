@@ -12,6 +12,7 @@ from worker.ledger.errors import (
     JobNotFound,
     LedgerUnavailable,
     OverBudget,
+    TablesMissing,
 )
 from worker.ledger.pack_ops import MemberClaim, MemberFinish, PackClaim
 from worker.ledger.rows import (
@@ -56,6 +57,7 @@ __all__ = [
     "OverBudget",
     "PackClaim",
     "RowStatus",
+    "TablesMissing",
     "current_revision",
     "head_revision",
 ]

@@ -29,8 +29,8 @@ from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from shared.errors import LedgerError, SchemaBehind
-from worker.ledger.errors import LedgerUnavailable, NotADatabase
+from shared.errors import LedgerError
+from worker.ledger.errors import LedgerUnavailable, NotADatabase, TablesMissing
 
 __all__ = [
     "PG_MAX_OVERFLOW",
@@ -119,7 +119,7 @@ def translate_error(error: exc.SQLAlchemyError, url: str | URL) -> LedgerError |
     """The ``LedgerError`` a database error means, or None for errors that are bugs: the
     database cannot be reached or will not take writes now (``LedgerUnavailable``: read-only,
     out of disk or connections, shutting down, the session ended), has no ledger tables
-    (``SchemaBehind``), or is a file that is not a SQLite database (``NotADatabase``).
+    (``TablesMissing``), or is a file that is not a SQLite database (``NotADatabase``).
 
     The message names the URL without its password and the driver's own first line, from
     which any password is scrubbed too (drivers sometimes echo connection strings).
@@ -138,7 +138,7 @@ def translate_error(error: exc.SQLAlchemyError, url: str | URL) -> LedgerError |
         )
     detail = _driver_detail(error, url)
     if _missing_table(error):
-        return SchemaBehind(f"ledger tables are missing ({detail}): run `decisions migrate`")
+        return TablesMissing(f"ledger tables are missing ({detail}): run `decisions migrate`")
     if (
         isinstance(error, exc.OperationalError | exc.InterfaceError)
         or error.connection_invalidated

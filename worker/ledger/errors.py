@@ -5,6 +5,8 @@ All stay inside the one exception tree: ``except LedgerError`` still catches the
     LedgerError (shared.errors)
     ├── LedgerUnavailable   the database cannot be reached, takes no writes now (read-only,
     │                       disk full, too many connections) or stayed locked: retry later
+    ├── TablesMissing       the ledger's tables are not there: never migrated, or dropped (a
+    │                       SchemaBehind too: `decisions migrate`, or a restore of the rows)
     ├── NotADatabase        the ledger URL names a file that is not SQLite's (and a
     │                       ConfigurationError: the setting must change, no retry mends it)
     ├── ClaimLost           an outcome for a call that is no longer claimed (not written)
@@ -19,7 +21,7 @@ rows, which a retry of the same step will not change.
 
 from __future__ import annotations
 
-from shared.errors import ConfigurationError, LedgerError
+from shared.errors import ConfigurationError, LedgerError, SchemaBehind
 from worker.ledger.rows import BudgetRefusal, CallRow, JobRow
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "LedgerUnavailable",
     "NotADatabase",
     "OverBudget",
+    "TablesMissing",
 ]
 
 
@@ -39,6 +42,14 @@ class LedgerUnavailable(LedgerError):
 
     Nothing was committed by the statement that failed; the caller must not send.
     """
+
+
+class TablesMissing(SchemaBehind):
+    """The ledger's tables are not there: a database never migrated, or one whose tables were
+    dropped. A worker checked them at its start, so when it meets this afterwards they were
+    dropped under it, and with them the claims that keep a call from being sent twice.
+
+    A ``SchemaBehind`` still: whatever waits for ``decisions migrate`` waits for this too."""
 
 
 class NotADatabase(LedgerError, ConfigurationError):

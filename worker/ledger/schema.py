@@ -23,6 +23,7 @@ from sqlalchemy.engine import Connection
 
 from shared.errors import LedgerError, SchemaBehind
 from worker.ledger.engine import make_engine
+from worker.ledger.errors import TablesMissing
 
 __all__ = [
     "MIGRATIONS_DIR",
@@ -94,7 +95,7 @@ def check_schema(connection: Connection) -> None:
     head = head_revision()
     current = current_revision(connection)
     if current is None:
-        raise SchemaBehind(
+        raise TablesMissing(
             f"ledger schema is at none (no ledger tables), this code needs {head}: "
             "run `decisions migrate`"
         )
@@ -107,7 +108,7 @@ def check_schema(connection: Connection) -> None:
     present = set(inspect(connection).get_table_names())
     missing = [name for name in _TABLES if name not in present]
     if missing:
-        raise SchemaBehind(
+        raise TablesMissing(
             f"ledger schema is at {current} but tables {', '.join(missing)} are missing "
             "(dropped by hand?): restore them or stamp the schema and run `decisions migrate`"
         )

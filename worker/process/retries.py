@@ -2,7 +2,8 @@
 
 A chunk whose ledger cannot be written (a read-only or full SQLite file, PostgreSQL down) or
 whose reply streams' Redis is gone is retried by Celery for ever, with back-off, and safely
-(nothing unclaimed was sent). Celery says each retry at INFO, one line a message, with the
+(nothing unclaimed was sent); not so once the ledger's tables were dropped under the worker,
+and the line says so (``WIPED_HINT``). Celery says each retry at INFO, one line a message, with the
 exception's text only: an outage that makes *every* message retry looked like a quiet worker.
 ``say_retry`` logs it at ERROR (``worker.retrying``) with what is wrong and its fix (for a
 SQLite file, why it cannot be written: ``worker.cli.ledger_file``), at most once a minute for
@@ -21,12 +22,31 @@ from typing import Any, Final
 
 import structlog
 
-__all__ = ["SAID_EVERY_S", "RetryReporter"]
+from worker.ledger.errors import TablesMissing
+
+__all__ = ["OUTAGE_HINT", "SAID_EVERY_S", "WIPED_HINT", "RetryReporter"]
 
 log = structlog.get_logger("decisions.worker")
 
 #: How often one problem is said again in a process while messages keep retrying for it.
 SAID_EVERY_S: Final = 60.0
+#: What retrying an outage costs: nothing, the ledger remembers every claim.
+OUTAGE_HINT: Final = (
+    "every message that meets this retries with back-off until it is mended; "
+    "nothing unclaimed was sent, and nothing is sent twice"
+)
+#: What it costs when the ledger's tables went away under the worker (they were there when it
+#: started: it checks): the claims went with them, so no retry can promise "not twice". The
+#: messages still retry rather than fail: a failed message is a job lost with no reply, and
+#: only the operator can choose between restoring the rows (keeping the promise as far as the
+#: backup goes) and a new ledger (a resend of what was in flight); either way the retries
+#: then carry the batch on by themselves.
+WIPED_HINT: Final = (
+    "the ledger's tables were there when this worker started and are gone, with the claims "
+    "that keep a call from being sent twice: messages retry with back-off until they are "
+    "back, and a call in flight when they went may then be sent, and paid for, again "
+    "(restoring them from a backup keeps what it recorded)"
+)
 
 
 class RetryReporter:
@@ -58,10 +78,7 @@ class RetryReporter:
             "worker.retrying",
             problem=problem,
             fix=fix,
-            hint=(
-                "every message that meets this retries with back-off until it is mended; "
-                "nothing unclaimed was sent, and nothing is sent twice"
-            ),
+            hint=WIPED_HINT if isinstance(error, TablesMissing) else OUTAGE_HINT,
         )
 
 
