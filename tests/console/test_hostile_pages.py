@@ -110,7 +110,7 @@ def test_a_server_error_page_carries_the_security_headers(
 
 def _bidi_escalation() -> EscalationMessage:
     message = json.loads(refused_escalation("j1", state=f"pay {RLO}0001${PDF} now").to_json())
-    message["detail"] = f"{RLO}refused"
+    message["detail"] = f"{RLO}refused\x1b[2J"  # and an ESC: a terminal's clear-screen
     message["job_id"] = f"j1{LRI}x{PDI}"
     criteria = message["context"]["questions"]["team"]["criteria"]
     criteria[f"{RLO}gnillib"] = "looks like billing"
@@ -131,7 +131,8 @@ def test_bidi_controls_in_an_escalation_are_shown_not_obeyed(
             for control in (RLO, PDF, LRI, PDI):
                 outside_values = page.text.replace(f'value="={RLO}gnillib"', "")
                 assert control not in outside_values, (hex(ord(control)), page.url)
-        assert "&lt;U+202E&gt;refused" in listing.text
+        assert "&lt;U+202E&gt;refused&lt;U+001B&gt;[2J" in listing.text
+        assert "\x1b" not in listing.text
         assert "pay &lt;U+202E&gt;0001$&lt;U+202C&gt; now" in detail.text
         assert "j1&lt;U+2066&gt;x&lt;U+2069&gt;" in detail.text
         # The option itself is sent as the escalation names it (after the form's prefix),

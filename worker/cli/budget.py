@@ -197,11 +197,14 @@ def resume(batch: str = BATCH) -> None:
         )
         for job_id, problems in report.rejected.items():
             fields = ", ".join(p.field for p in problems)
-            err_console.print(f"{job_id}: not resubmitted ({fields})", highlight=False)
+            err_console.print(
+                f"{job_id}: not resubmitted ({fields})", highlight=False, markup=False
+            )
     console.print(
         f"resumed {len(rows)} job(s) of batch {batch} that escalated budget_exhausted"
         + (f"; {len(resolved)} resolved by a reviewer left alone" if resolved else ""),
         highlight=False,
+        markup=False,  # the batch is a producer's name: "b[/]" is text, not markup
     )
     if unreadable:
         raise typer.Exit(1)

@@ -4,6 +4,11 @@ An escalation entry that does not parse is skipped with a line on stderr naming 
 others are listed and claimed as usual. A resolve's answer may be any size: ``--answer -``
 reads it from stdin, ``--answer-file PATH`` from a file (an inline argument is bounded by
 the system's argument list).
+
+Everything a job or a host wrote (a batch, a detail, the menu, the model's reply, a reviewer's
+name) is printed as plain text, never as Rich markup, with its control characters named
+(``shared.visible_text``): ``b[/]`` as a batch made ``list`` fail for every reviewer, a
+``[link=...]`` in it printed a link, and an ESC in it reached the terminal.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Table
+from rich.text import Text
 
 from shared.errors import EscalationNotFound, PublishFailed, ResolutionInvalid
 from shared.escalations import EscalationQueue, OpenEscalation
 from shared.settings import get_settings
+from shared.visible_text import visible
 from worker.cli.option_values import identifier, name, reviewer
 from worker.cli.terminal import console, err_console
 
@@ -51,7 +58,14 @@ def _queue() -> EscalationQueue:
 
 
 def _report_skip(entry_id: str, why: str) -> None:
-    err_console.print(f"[yellow]skipped escalation {entry_id}[/]: {why}", highlight=False)
+    err_console.print(
+        Text.assemble((f"skipped escalation {visible(entry_id)}", "yellow"), f": {visible(why)}")
+    )
+
+
+def _text(value: str | None, empty: str = "") -> Text:
+    """A job's or host's text as printed: plain (no markup), its controls named."""
+    return Text(visible(value) if value else empty)
 
 
 def _menu_checker():  # type: ignore[no-untyped-def]
@@ -105,11 +119,11 @@ def list_(
     for item in items:
         table.add_row(
             item.entry_id,
-            item.message.job_id,
-            item.message.batch or "",
-            item.message.reason,
+            _text(item.message.job_id),
+            _text(item.message.batch),
+            _text(item.message.reason),
             f"{item.age_s:.0f} s",
-            item.holder or "-",
+            _text(item.holder, "-"),
         )
     console.print(table)
 
@@ -147,13 +161,12 @@ def claim(
 
 def _show(item: OpenEscalation) -> None:
     message = item.message
-    console.print(
-        Panel.fit(
-            f"[bold]{message.reason}[/]  job {message.job_id}  "
-            f"batch {message.batch or '-'}\n{message.detail}",
-            title=f"escalation {item.entry_id}",
-        )
+    heading = Text.assemble(
+        (visible(message.reason), "bold"),
+        f"  job {visible(message.job_id)}  batch {visible(message.batch or '-')}\n",
+        visible(message.detail),
     )
+    console.print(Panel.fit(heading, title=f"escalation {item.entry_id}"))
     context = message.context
     if "questions" in context:
         console.print("[bold]questions[/]")
@@ -161,7 +174,9 @@ def _show(item: OpenEscalation) -> None:
         console.print("[bold]state[/]")
         console.print(
             Syntax(
-                json.dumps(context.get("state"), indent=2, ensure_ascii=False),
+                # Non-ASCII letters as they are; C1 and bidi controls (which json leaves raw
+                # with ensure_ascii off) named.
+                visible(json.dumps(context.get("state"), indent=2, ensure_ascii=False)),
                 "json",
                 word_wrap=True,  # the whole state, wrapped: never cropped at the edge
             )
@@ -178,10 +193,10 @@ def _show(item: OpenEscalation) -> None:
         )
     if "menu" in context:
         console.print("[bold]menu[/]")
-        console.print(context["menu"])
+        console.print(_text(str(context["menu"])))
     if context.get("last_reply"):
         console.print("[bold]the model's last reply[/]")
-        console.print(context["last_reply"])
+        console.print(_text(str(context["last_reply"])))
     console.print(
         f"answer with: decisions escalations resolve {item.entry_id} --answer JSON "
         "(or --answer - to read it from stdin, --answer-file PATH)"
@@ -206,17 +221,19 @@ def resolve(
         resolution = _queue().resolve(entry_id, reviewer or _default_reviewer(), parsed)
     except ResolutionInvalid as exc:
         for problem in exc.problems[:50]:
-            err_console.print(f"[red]{problem.field}[/]: {problem.message}", highlight=False)
+            err_console.print(
+                Text.assemble((visible(problem.field), "red"), f": {visible(problem.message)}")
+            )
         if len(exc.problems) > 50:
             err_console.print(f"... and {len(exc.problems) - 50} more problem(s)")
         raise typer.Exit(2) from None
     except (EscalationNotFound, PublishFailed) as exc:
-        err_console.print(f"[red]{exc}[/]", highlight=False)
+        err_console.print(Text(visible(str(exc)), "red"))
         raise typer.Exit(1) from None
     shown = json.dumps(resolution.answer)
     if len(shown) > 200:
         shown = f"{shown[:200]}... ({len(shown)} characters)"
-    console.print(f"resolved {resolution.job_id}: {shown}", highlight=False)
+    console.print(Text(f"resolved {visible(resolution.job_id)}: {visible(shown)}"))
 
 
 def _read_answer(answer: str | None, answer_file: Path | None) -> object:
@@ -230,7 +247,9 @@ def _read_answer(answer: str | None, answer_file: Path | None) -> object:
         try:
             text = answer_file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            err_console.print(f"[red]{where}: cannot read it ({exc.__class__.__name__})[/]")
+            err_console.print(
+                Text(f"{visible(where)}: cannot read it ({exc.__class__.__name__})", "red")
+            )
             raise typer.Exit(2) from None
     elif answer == "-":
         where = "--answer - (stdin)"
@@ -240,7 +259,7 @@ def _read_answer(answer: str | None, answer_file: Path | None) -> object:
     try:
         return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
     except ValueError as exc:
-        err_console.print(f"[red]{where} is not JSON: {exc}[/]", highlight=False)
+        err_console.print(Text(f"{visible(where)} is not JSON: {visible(str(exc))}", "red"))
         raise typer.Exit(2) from None
 
 
@@ -270,7 +289,7 @@ def release(
     try:
         queue.release(entry_id, who)
     except EscalationNotFound as exc:
-        err_console.print(f"[red]{escape(_not_released(queue, entry_id, who, exc))}[/]")
+        err_console.print(Text(visible(_not_released(queue, entry_id, who, exc)), "red"))
         raise typer.Exit(1) from None
     console.print(f"released {entry_id}")
 

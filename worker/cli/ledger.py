@@ -10,9 +10,11 @@ from datetime import UTC, datetime
 import redis
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from shared import keys
 from shared.settings import get_settings
+from shared.visible_text import visible
 from worker.cli.budget import add_budget_rows, budget_json
 from worker.cli.option_values import identifier, in_utc_range, time_ago
 from worker.cli.terminal import console, err_console
@@ -115,7 +117,7 @@ def unknown(
         cost = "unknown" if call.cost_usd is None else f"${call.cost_usd:.6f}"
         who = f"{call.provider}/{call.model}" if call.model else call.provider
         table.add_row(
-            call.job_id,
+            Text(call.job_id),  # a producer's id: never read as markup
             f"{call.step} {who}",
             str(age).split(".")[0],
             f"{cost} {call.cost_basis or ''}".strip(),
@@ -192,7 +194,7 @@ def republish(
         highlight=False,
     )
     for failure in report.failures[:10]:
-        err_console.print(f"[red]{failure}[/]", highlight=False)
+        err_console.print(Text(visible(str(failure)), "red"))
     if report.failures:
         err_console.print(f"[red]{len(report.failures)} message(s) could not be written[/]")
         raise typer.Exit(1)

@@ -27,6 +27,7 @@ from rich.markup import escape
 from rich.tree import Tree
 
 from shared.settings import get_settings
+from shared.visible_text import visible
 from worker.cli.option_values import identifier
 from worker.cli.terminal import console, err_console
 from worker.cli.trace_resolution import (
@@ -260,7 +261,8 @@ def _label(call: CallRow) -> str:
         parts.append(read.packed)
     lines = ["  ".join(parts)]
     if read.head:
-        lines.append(f"[dim]{escape(read.head)}[/]")
+        # A model's reply: an ESC or bidi control in it is named, never sent to the terminal.
+        lines.append(f"[dim]{escape(visible(read.head))}[/]")
     lines += [
         f"[yellow]{column} of {escape(call.step)} unreadable: {why}[/]"
         for column, why in read.unreadable.items()

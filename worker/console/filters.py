@@ -4,19 +4,20 @@ printed value goes through (``shown_text``, the environment's ``finalize``).
 An escalation's text is a producer's: bidirectional-text controls in it (U+202E reverses
 what follows, an isolate or embedding reorders it) would show a reviewer other words than
 the job holds, and spill over onto the page's own text beside them. ``shown_text`` prints
-each as its code point (``<U+202E>``), on every page; a form value that must post back as
-the escalation spells it (an option's name) is marked ``|verbatim`` and printed unchanged
-(still escaped).
+each as its code point (``<U+202E>``), and any other control character too
+(``shared.visible_text``, as the reviewer CLI does), on every page; a form value that must
+post back as the escalation spells it (an option's name) is marked ``|verbatim`` and
+printed unchanged (still escaped).
 """
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
 from jinja2 import Environment
 
+from shared.visible_text import visible
 from worker.console.state_view import pretty_json
 
 __all__ = [
@@ -33,10 +34,6 @@ __all__ = [
     "when",
 ]
 
-#: Embeddings and overrides (U+202A..U+202E) and isolates (U+2066..U+2069).
-_BIDI_CONTROLS: Final = re.compile("[\u202a-\u202e\u2066-\u2069]")
-
-
 class Verbatim(str):
     """A value ``shown_text`` prints as it is (escaped all the same)."""
 
@@ -46,13 +43,13 @@ def verbatim(value: object) -> Verbatim:
 
 
 def shown_text(value: Any) -> Any:
-    """What ``{{ ... }}`` prints: bidirectional-text controls named, not obeyed."""
+    """What ``{{ ... }}`` prints: bidirectional-text and other controls named, not obeyed."""
     if isinstance(value, Verbatim):
         return str(value)
     if value is None or hasattr(value, "__html__") or isinstance(value, int | float):
         return value  # printed as Jinja prints them (markup the templates made stays markup)
     text = value if isinstance(value, str) else str(value)
-    return _BIDI_CONTROLS.sub(lambda found: f"<U+{ord(found.group()):04X}>", text)
+    return visible(text)
 
 
 def age(seconds: float | None) -> str:
