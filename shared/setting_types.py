@@ -9,6 +9,7 @@ string of a model's repr.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs, urlsplit
@@ -32,6 +33,7 @@ __all__ = [
     "OptionalHttpUrl",
     "OptionalUrl",
     "ProviderLimit",
+    "ProxyAddresses",
     "RedisUrl",
     "Seconds",
     "StorePrefixes",
@@ -87,11 +89,29 @@ def _store_prefixes(value: list[str]) -> list[str]:
     return [store_prefix(text) for text in value]
 
 
+def _proxy_addresses(value: list[str]) -> list[str]:
+    """Each an address or network (``10.0.0.0/8``), as uvicorn's ``forwarded_allow_ips`` reads
+    them; ValueError naming the first that is not."""
+    for text in value:
+        try:
+            ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            raise ValueError(
+                f"{text!r} is not an IP address or network (write 127.0.0.1, ::1 or 10.0.0.0/8)"
+            ) from None
+    return value
+
+
 #: A log level's name, upper case: one of ``LOG_LEVELS``.
 LogLevel = Annotated[str, AfterValidator(log_level)]
 #: Names from one variable, comma-separated or a JSON list (``NoDecode``: pydantic-settings
 #: would read the variable as JSON only).
 NameList = Annotated[list[str], NoDecode, BeforeValidator(name_list)]
+#: The addresses or networks of proxies, a ``NameList`` each an IP address or network (no
+#: "*": trusting every client is what the setting exists to prevent).
+ProxyAddresses = Annotated[
+    list[str], NoDecode, AfterValidator(_proxy_addresses), BeforeValidator(name_list)
+]
 #: The URL prefixes of image stores, a ``NameList`` each read as ``shared.images`` reads one.
 #: (The split is listed last so that it wraps the rest: an error about a prefix shows the
 #: split list, not the variable's text.)

@@ -35,6 +35,7 @@ from shared.setting_types import (
     LogLevel,
     NameList,
     ProviderLimit,
+    ProxyAddresses,
     Seconds,
     WholeSeconds,
 )
@@ -268,6 +269,12 @@ class Settings(BaseSettings, ServiceSettings):
     )
     console_password_checks: int = Field(
         2, ge=1, le=64, description="password hashes computed at once (64 MiB each); more: 503"
+    )
+    console_trusted_proxies: ProxyAddresses = Field(
+        default_factory=list,
+        description="addresses of the proxies in front of the console (comma-separated): only "
+        "theirs name the client (X-Forwarded-For) and scheme (X-Forwarded-Proto); none: both "
+        "headers are ignored",
     )
 
     @model_validator(mode="after")

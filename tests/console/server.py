@@ -8,6 +8,7 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -22,6 +23,7 @@ __all__ = [
     "console_env",
     "console_process",
     "console_server",
+    "login_events",
 ]
 
 PASSWORDS = {"ann": "ann-pass-1", "bob": "bob-pass-2", "rita": "rita-pass-3"}
@@ -45,6 +47,19 @@ def console_env(redis_db: int, ledger_url: str, **extra: str) -> dict[str, str]:
     )
     env["OPENROUTER_API_KEY"] = CANARY_KEY
     return env
+
+
+def login_events(log: Path) -> list[dict[str, Any]]:
+    """The ``login.*`` lines of a console's JSON log, in order."""
+    events = []
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and str(event.get("event", "")).startswith("login."):
+            events.append(event)
+    return events
 
 
 @contextmanager

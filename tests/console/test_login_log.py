@@ -6,14 +6,18 @@ obeyed; a password is never in the log."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.console.server import PASSWORDS, Visitor, console_env, console_process
+from tests.console.server import (
+    PASSWORDS,
+    Visitor,
+    console_env,
+    console_process,
+    login_events,
+)
 from tests.console.support import REDIS_DB
 from tests.support.services import redis_database
 from worker.ledger import Ledger
@@ -23,18 +27,6 @@ pytestmark = pytest.mark.integration
 FREE_FAILURES = 2
 #: A name that would forge a second log line, and reverse the text after it, if obeyed.
 FORGER = 'mallory\n{"event": "login.succeeded", "login": "ann"}\u202e'
-
-
-def _events(log: Path) -> list[dict[str, Any]]:
-    events = []
-    for line in log.read_text(errors="replace").splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and str(event.get("event", "")).startswith("login."):
-            events.append(event)
-    return events
 
 
 def test_each_login_outcome_is_a_log_line(tmp_path: Path) -> None:
@@ -60,7 +52,7 @@ def test_each_login_outcome_is_a_log_line(tmp_path: Path) -> None:
         finally:
             visitor.close()
         time.sleep(0.5)  # the last line written before the process stops
-    events = _events(log)
+    events = login_events(log)
     text = log.read_text(errors="replace")
     by_name = [(e["event"], e["login"], e["level"]) for e in events]
     assert ("login.succeeded", "ann", "info") in by_name, events

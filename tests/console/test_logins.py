@@ -51,6 +51,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         console_login_free_failures=str(FREE_FAILURES),
         console_login_lockout_max_s=str(MAX_WAIT_S),
         console_password_checks="2",
+        # As behind a TLS proxy on this machine: its X-Forwarded-Proto is believed.
+        console_trusted_proxies="127.0.0.1",
     )
     with redis_database(REDIS_DB), console_process(env, where / "console.log") as (url, proc):
         yield Served(url, proc.pid, users_file)
@@ -179,7 +181,7 @@ def test_cookies_are_secure_and_hsts_sent_when_the_request_came_over_https(
     plain = httpx.get(f"{served.url}/login")
     assert "secure" not in plain.headers["set-cookie"].lower()
     assert "strict-transport-security" not in plain.headers
-    # uvicorn trusts X-Forwarded-Proto from a proxy on loopback: the request was https.
+    # X-Forwarded-Proto from a proxy named in DECISIONS_CONSOLE_TRUSTED_PROXIES: it was https.
     proxied = httpx.get(f"{served.url}/login", headers={"X-Forwarded-Proto": "https"})
     assert "; Secure" in proxied.headers["set-cookie"]
     assert "HttpOnly" in proxied.headers["set-cookie"]

@@ -82,8 +82,19 @@ def serve(
     # The console's own lines (logins, a logins file not reloaded) as the worker's are: JSON
     # off a terminal, at DECISIONS_LOG_LEVEL. uvicorn keeps its own loggers.
     configure_logging(settings.log_level, settings.log_format)
+    # The client's address (each address's login throttle, the log's lines) and the scheme
+    # (Secure cookies, HSTS) come from X-Forwarded-For/-Proto only when a proxy named in
+    # DECISIONS_CONSOLE_TRUSTED_PROXIES sent them. uvicorn's default believed them from
+    # 127.0.0.1 (or FORWARDED_ALLOW_IPS): any local client chose its own address.
+    proxies = settings.console_trusted_proxies
     config = uvicorn.Config(
-        app, host=bind_host, port=bind_port, log_level="warning", access_log=False
+        app,
+        host=bind_host,
+        port=bind_port,
+        log_level="warning",
+        access_log=False,
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=list(proxies),
     )
     uvicorn.Server(config).run(sockets=[listening])
 
