@@ -4,6 +4,7 @@ reads (owner-only), changes a login in place, and says what is wrong in one line
 from __future__ import annotations
 
 import json
+import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,3 +123,22 @@ def test_a_reserved_login_is_refused_when_the_logins_load(
     running = Users({}, users)
     users.write_text(json.dumps({"dana": login, "queue": login}) + " ")
     assert running.role_of("queue") is None and running.role_of("dana") == "reviewer"
+
+
+def test_a_password_changed_within_one_timestamp_tick_is_seen(
+    tmp_path: Path, typed: list[str]
+) -> None:
+    users = tmp_path / "users.json"
+    typed += ["old-pass-1", "old-pass-1"]
+    assert add_user("dana", "--file", str(users))[0] == 0
+    running = Users({}, users)
+    assert running.authenticate("dana", "old-pass-1") is not None
+    before = users.stat()
+    typed += ["new-pass-2", "new-pass-2"]
+    assert add_user("dana", "--file", str(users))[0] == 0
+    # An Argon2 hash has one length: the new file is as long as the old, and written within
+    # the same tick of a coarse clock it has the same mtime too (set back here to be so).
+    assert users.stat().st_size == before.st_size
+    os.utime(users, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert running.authenticate("dana", "old-pass-1") is None
+    assert running.authenticate("dana", "new-pass-2") is not None

@@ -84,7 +84,7 @@ class Users:
             "`decisions console hash-password` prints",
         )
         self._file = file
-        self._seen: tuple[int, int] | None = None
+        self._seen: tuple[int, ...] | None = None
         self._lock = threading.Lock()
         self._users = dict(self._settings)
         self._dummy = _HASHER.hash("not a password of anyone")
@@ -160,13 +160,16 @@ class Users:
             f"`decisions console add-user {shlex.quote(name)} --role {role}`",
         )
 
-    def _signature(self) -> tuple[int, int] | None:
+    def _signature(self) -> tuple[int, ...] | None:
         assert self._file is not None
         try:
             stat = self._file.stat()
         except OSError:
             return None
-        return stat.st_mtime_ns, stat.st_size
+        # Not mtime and size alone: an Argon2 hash has one length, so a changed password
+        # leaves the size as it was, and a coarse clock (or one tick) the mtime. add-user
+        # replaces the file (a new inode), and any write moves its ctime, which nobody sets.
+        return stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_size
 
 
 def _checked(
