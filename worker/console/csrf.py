@@ -1,6 +1,7 @@
 """CSRF: one random token per session, echoed by every form and compared in constant time.
 
-The session cookie is signed and ``SameSite=Strict``; the token is what makes a forged
+The session cookie holds only a random id (the session itself is in Redis:
+``worker.console.sessions``) and is ``SameSite=Strict``; the token is what makes a forged
 cross-site POST fail even where a browser would send the cookie.
 """
 
