@@ -216,3 +216,17 @@ def _rss_mib(pid: int, field: str) -> float:
         if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     raise AssertionError(f"no {field} for {pid}")
+
+
+def test_only_a_page_with_a_form_gives_an_anonymous_visitor_a_session(
+    visitor: Visitor, r: redis.Redis
+) -> None:
+    sessions = keys.console_session("*")
+    for path in ("/no-such-page", "/escalations", "/batches/nope", "/static/nothing.css"):
+        response = visitor.get(path)
+        assert response.status_code in {303, 404}, (path, response.status_code)
+        assert "set-cookie" not in response.headers, path
+    assert list(r.scan_iter(sessions)) == []
+    login_page = visitor.get("/login")
+    assert login_page.status_code == 200 and "set-cookie" in login_page.headers
+    assert len(list(r.scan_iter(sessions))) == 1  # its form's token needs one

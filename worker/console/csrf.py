@@ -12,7 +12,7 @@ import secrets
 from collections.abc import MutableMapping
 from typing import Any, Final
 
-__all__ = ["CSRF_FIELD", "csrf_ok", "csrf_token", "new_csrf_token"]
+__all__ = ["CSRF_FIELD", "PageToken", "csrf_ok", "csrf_token", "new_csrf_token"]
 
 #: The hidden field every form carries.
 CSRF_FIELD: Final = "csrf_token"
@@ -25,6 +25,24 @@ def csrf_token(session: MutableMapping[str, Any]) -> str:
     if not isinstance(token, str) or not token:
         token = new_csrf_token(session)
     return token
+
+
+class PageToken:
+    """The session's token as a page prints it: made only when a template prints it.
+
+    Making it stores a session (in Redis, with a cookie). Made for every page, each 404 or
+    error page shown to an anonymous visitor stored one: a stream of requests filled Redis
+    with sessions nobody would use. Only a page with a form (login's) needs one.
+    """
+
+    def __init__(self, session: MutableMapping[str, Any]) -> None:
+        self._session = session
+
+    def __str__(self) -> str:
+        return csrf_token(self._session)
+
+    def __html__(self) -> str:
+        return str(self)  # URL-safe base64: nothing in it to escape
 
 
 def new_csrf_token(session: MutableMapping[str, Any]) -> str:

@@ -26,7 +26,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from shared.escalations import EscalationQueue
 from shared.limits import MAX_MENU_OPTIONS, MAX_SCHEMA_FIELDS
 from worker.console.auth import Login, Users
-from worker.console.csrf import CSRF_FIELD, csrf_ok, csrf_token
+from worker.console.csrf import CSRF_FIELD, PageToken, csrf_ok
 from worker.console.estimates import EstimateSource
 from worker.console.throttle import LoginThrottle, PasswordChecks
 from worker.ledger import Ledger
@@ -112,7 +112,7 @@ def render(request: Request, template: str, *, status: int = 200, **context: Any
     html = env.get_template(template).render(
         login=login_of(request),
         csrf_field=CSRF_FIELD,
-        csrf_token=csrf_token(request.session),
+        csrf_token=PageToken(request.session),
         flashes=flashes,
         path=request.url.path,
         **context,
