@@ -88,9 +88,12 @@ def menu_context(
         "errors": list(session.errors) if session is not None else [],
     }
     if last is not None:
-        context["last_reply_finish_reason"] = last.finish_reason
+        # The host's words, cut as the reply is: a refusal of 4,000,000 characters went whole
+        # into an escalation (found by an attack).
+        reason = last.finish_reason
+        context["last_reply_finish_reason"] = None if reason is None else clip(reason, 64)
         if last.refusal:
-            context["last_reply_refusal"] = last.refusal
+            context["last_reply_refusal"] = clip(last.refusal, LAST_REPLY_CHARS)
     if step is not None:
         context["step"] = step
     return context

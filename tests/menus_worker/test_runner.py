@@ -157,6 +157,19 @@ async def test_a_refusal_and_a_truncation_are_told_apart_from_no_action(harness:
     assert message.context["last_reply_finish_reason"] == "length"
 
 
+async def test_a_hosts_refusal_and_finish_reason_are_cut_in_the_escalation(
+    harness: Harness,
+) -> None:
+    # Found by an attack: a 4,000,000-character refusal went whole into the escalation's
+    # context (4 MB on the reply stream and in the ledger), as the detail had before it.
+    huge = FauxChatReply(refusal="R" * 4_000_000, finish_reason="x" * 100_000)
+    harness.reply("f2", "pick.0", huge)
+    assert await harness.run(menu_job("f2", max_retries=0)) == "escalation"
+    message = escalation_of(harness, "f2")
+    assert len(message.to_json()) < 20_000
+    assert message.context["last_reply_refusal"].startswith("RRR")
+
+
 async def test_a_handler_that_raises_escalates_handler_failed_and_the_model_is_not_asked_again(
     harness: Harness,
 ) -> None:
