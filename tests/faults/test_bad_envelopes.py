@@ -27,7 +27,14 @@ from tests.support.checker import Figures
 from tests.support.envelopes import raw_envelope, task_body
 from tests.support.fleet import decide_job, profile
 from tests.support.services import free_port
-from worker.process.guard import POISON_HEADER, checked_envelope, envelope_loads, malformed
+from worker.process.guard import (
+    MAX_RETRY_COUNT,
+    POISON_HEADER,
+    checked_envelope,
+    envelope_loads,
+    malformed,
+    unscheduled,
+)
 
 pytestmark = pytest.mark.faults
 
@@ -127,3 +134,17 @@ def test_envelopes_pushed_by_hand_between_good_jobs_stop_nothing(
     metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
     assert f'decisions_poison_total{{reason="unreadable_envelope"}} {len(bad)}.0' in metrics
     assert 'decisions_poison_total{reason="malformed"} 1.0' in metrics
+
+
+@pytest.mark.parametrize("forged", [10**12, 2**63])
+def test_a_forged_retry_count_is_bounded_before_celery_computes_a_backoff_from_it(
+    forged: int,
+) -> None:
+    # Found by an attack: Celery's next backoff is 2 ** retries (max_retries is None), so a
+    # message claiming 10**12 retries would take a worker's memory on its first retry.
+    headers: dict[str, Any] = {"retries": forged, "eta": None}
+    assert unscheduled(headers, 900.0, 30.0) == []
+    assert headers["retries"] == MAX_RETRY_COUNT
+    ordinary: dict[str, Any] = {"retries": 7}
+    unscheduled(ordinary, 900.0, 30.0)
+    assert ordinary["retries"] == 7

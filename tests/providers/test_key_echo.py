@@ -137,6 +137,12 @@ class Hostile(httpx.AsyncBaseTransport):
             if not isinstance(answers, dict) or not answers:
                 pytest.skip("this provider's answers are no object keyed by question")
             answers[KEY] = next(iter(answers.values()))
+        if self.form == "key-in-pieces":
+            answers = body.get("answers") if isinstance(body, dict) else None
+            if not isinstance(answers, dict) or not answers:
+                pytest.skip("this provider's answers are no object keyed by question")
+            first = next(iter(answers.values()))
+            answers.update({KEY[i : i + 11]: first for i in range(0, len(KEY), 11)})
         if self.form == "many-questions":
             answers = body.get("answers") if isinstance(body, dict) else None
             if not isinstance(answers, dict) or not answers:
@@ -153,7 +159,9 @@ class Hostile(httpx.AsyncBaseTransport):
         return httpx.Response(response.status_code, headers=headers, content=content)
 
 
-@pytest.mark.parametrize("form", ["key-as-question", "many-questions", "surrogate", "utf-16"])
+@pytest.mark.parametrize(
+    "form", ["key-as-question", "key-in-pieces", "many-questions", "surrogate", "utf-16"]
+)
 @pytest.mark.parametrize("case", WITH_KEY, ids=[c.name for c in WITH_KEY])
 async def test_a_hostile_answer_is_invalid_and_what_it_says_is_bounded_and_keyless(
     case: Case, form: str, monkeypatch: pytest.MonkeyPatch
@@ -173,6 +181,7 @@ async def test_a_hostile_answer_is_invalid_and_what_it_says_is_bounded_and_keyle
     assert error.code == "invalid_response"
     said = f"{error} {error.detail} {error.receipt.model_dump_json() if error.receipt else ''}"
     assert KEY not in said and len(error.detail or "") <= 500
+    assert KEY[:11] not in said and KEY[11:22] not in said  # nor in pieces a scrub cannot know
     assert error.receipt is not None and error.receipt.status == "failed"
     said.encode("utf-8")  # no lone surrogate reaches a receipt or a message
 

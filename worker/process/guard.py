@@ -55,6 +55,7 @@ from worker.observability.metrics.families import families
 
 __all__ = [
     "ETA_SLACK_S",
+    "MAX_RETRY_COUNT",
     "POISON_HEADER",
     "POISON_REASONS",
     "POISON_REASON_HEADER",
@@ -245,6 +246,10 @@ def malformed(message: Any) -> str | None:
 
 #: Clocks of the worker that wrote an ``eta`` (a retry's) and the one reading it may differ.
 ETA_SLACK_S: Final = 60.0
+#: The most retries a message is taken to have made: Celery's next backoff is
+#: ``2 ** retries`` (the task retries for ever), and a forged 10**12 would take the
+#: worker's memory. Real retries reach the backoff's longest wait after five.
+MAX_RETRY_COUNT: Final = 1000
 
 
 def unscheduled(
@@ -261,6 +266,8 @@ def unscheduled(
     for another worker to hold. An ``expires``, which nothing of ours sets: an expired
     message was acknowledged as revoked. Either way its jobs were never answered."""
     problems = []
+    if _retried(headers) and headers["retries"] > MAX_RETRY_COUNT:
+        headers["retries"] = MAX_RETRY_COUNT
     eta = headers.get("eta")
     if eta is not None:
         when = _instant(eta)

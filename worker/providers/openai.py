@@ -219,8 +219,10 @@ class OpenAIDecisionsProvider(HttpDecisionProvider):
             else:
                 qid = f"#{index}"
             if qid in keyed:
+                # Only a question's own id is quoted (a name the host made up is its words).
+                said = f"answers.{qid}" if qid in order else "an answer to a question not asked"
                 raise DecisionProviderError(
-                    "invalid_response", f"answers.{qid}: answered twice", provider=self.name
+                    "invalid_response", f"{said}: answered twice", provider=self.name
                 )
             keyed[qid] = from_openai_answer(answer)
         return decode_answers(
