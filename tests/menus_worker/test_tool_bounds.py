@@ -101,3 +101,25 @@ async def test_a_reply_asking_for_more_tool_calls_than_any_job_may_run_ends_the_
     escalation = harness.terminal("h1")
     assert isinstance(escalation, EscalationMessage)
     assert f"at most {MAX_TOOL_CALLS_PER_JOB}" in (escalation.detail or "")
+
+
+async def test_a_conversation_that_grows_past_its_bound_ends_before_the_next_request(
+    harness: Harness,
+) -> None:
+    # Found by an attack on the count bound: 256 calls of 15.6 KB arguments a reply grew
+    # every request by 4 MB a turn, to 125 MB by turn 32 (669 MB of memory for one job).
+    # A conversation may grow by MAX_CONVERSATION_GROWTH bytes past its first request.
+    big = FauxChatReply(
+        tool_calls=[
+            FauxToolCall(name="nope", arguments={"x": "a" * 40_000}) for _ in range(250)
+        ]
+    )
+    job: dict[str, Any] = menu_job("g1", work={"tools": ["t_lookup"], "max_steps": 8})
+    harness.reply("g1", "turn.0", big)
+    harness.pick("g1", "turn.1", "escalate", {"team": "billing", "summary": "lost parcel"})
+    assert await harness.run(job) == "escalation"
+    assert harness.ledger.status().requests_sent == 1
+    escalation = harness.terminal("g1")
+    assert isinstance(escalation, EscalationMessage)
+    assert escalation.reason == "menu_unparseable"
+    assert "grew" in (escalation.detail or "")

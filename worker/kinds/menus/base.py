@@ -79,6 +79,8 @@ class RunBase:
         self.session: DecisionSession | None = None
         self.turn = "pick.0"
         self.nested: dict[str, int] = {}
+        #: The first model request's size: a conversation's growth is bounded from it.
+        self.first_request_bytes = 0
         self.log = log.bind(job_id=self.job.id, batch=self.job.batch, runtime=plan.runtime.name)
 
     def late(self) -> bool:

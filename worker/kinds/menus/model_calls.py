@@ -32,7 +32,14 @@ from worker.ledger import BudgetRefusal, CallRow, Claim, ClaimLost, JobRow
 from worker.providers import was_cancelled
 from worker.runtimes.chat import PreparedChat
 
-__all__ = ["ModelCalls"]
+__all__ = ["MAX_CONVERSATION_GROWTH", "ModelCalls"]
+
+#: How many bytes a menu's conversation may grow past its first request. Every turn sends
+#: the whole conversation again, and a reply (up to DECISIONS_MAX_RESPONSE_BYTES) joins it
+#: with an answer to each of its tool calls: found by an attack, 256 calls of 15.6 KB a
+#: reply grew every request by 4 MB a turn, to 125 MB by turn 32 and 669 MB of memory for
+#: one job. Relative to the first request, so that a job's own large context stays free.
+MAX_CONVERSATION_GROWTH = 8 * 2**20
 
 
 class ModelCalls(RunBase):
@@ -43,6 +50,18 @@ class ModelCalls(RunBase):
     ) -> PreparedChat:
         return self.plan.runtime.prepare(
             messages, tools, model=self.plan.model, call_key=f"{self.job.id}/{step}"
+        )
+
+    def grown(self, size: int) -> str | None:
+        """Why a request of ``size`` bytes is not sent: its conversation grew more than
+        ``MAX_CONVERSATION_GROWTH`` past its first request; None when it may be."""
+        first = self.first_request_bytes = self.first_request_bytes or size
+        if size - first <= MAX_CONVERSATION_GROWTH:
+            return None
+        return (
+            f"the conversation grew to {size} bytes, {size - first} past its first request "
+            f"(at most {MAX_CONVERSATION_GROWTH}): the model's replies are too long to go on; "
+            "the next request was not sent"
         )
 
     async def claim_call(self, step: str, prepared: PreparedChat) -> Claim | JobRow | End:
@@ -80,6 +99,9 @@ class ModelCalls(RunBase):
             prepared = self.prepare_call(step, action.messages, action.tools)
         except DecisionProviderError as exc:
             return End(self.escalate("provider_error", str(exc), step=step))
+        grew = self.grown(len(prepared.body))
+        if grew is not None:
+            return End(self.escalate("menu_unparseable", grew, step=step))
         if self.late():
             late = await self.past_deadline(step, "the model call was not made")
             if isinstance(late, End):
