@@ -47,7 +47,7 @@ def batch_detail(request: Request, login: Login) -> Response:
     try:
         report = batch_report(state.ledger, batch, datetime.now(UTC))
         budget = state.ledger.budget(batch)
-        escalations = list_open(state.queue, batch=batch).items
+        escalations = list_open(state.queue, batch=batch)
         actions = batch_audit(state.queue.redis, batch)
     except (LedgerError, SQLAlchemyError) as exc:
         return _ledger_down(request, exc)
@@ -68,7 +68,10 @@ def batch_detail(request: Request, login: Login) -> Response:
         estimate=state.estimates.estimate(batch),
         budget=budget,
         at_submit=at_submit,
-        open_escalations=len(escalations),
+        # A page's worth, counted: "100+" when more are open (the list pages the rest).
+        open_escalations=f"{len(escalations.items)}{'+' if escalations.next_after else ''}"
+        if escalations.items
+        else None,
         audit=actions,
         refresh_s=REFRESH_S if report.status.jobs_open else None,
     )

@@ -73,4 +73,5 @@ def calibration_page(request: Request, login: Login) -> Response:
         target=target,
         where=where,
         audits=audits.items,
+        more_audits=audits.next_after is not None,
     )

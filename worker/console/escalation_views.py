@@ -67,13 +67,17 @@ def escalation_list(request: Request, login: Login) -> Response:
     if reason is not None and reason not in REASONS:
         reason = None
     queue = state_of(request).queue
-    listing = list_open(queue, reason=reason, batch=batch)
+    after = _valid_id(request.query_params.get("after", ""))
+    listing = list_open(queue, reason=reason, batch=batch, after=after)
     return render(
         request,
         "escalations.html",
         items=listing.items,
         unreadable=listing.unreadable,
         unreadable_count=listing.unreadable_count,
+        next_after=listing.next_after,
+        open_total=listing.open_total,
+        after=after,
         reason=reason,
         batch=batch,
         reasons=REASONS,
@@ -258,7 +262,11 @@ def _attach(
 
 
 def _entry_id(request: Request) -> str | None:
-    entry_id = str(request.path_params.get("entry_id", ""))
+    return _valid_id(str(request.path_params.get("entry_id", "")))
+
+
+def _valid_id(entry_id: str) -> str | None:
+    """``entry_id`` if it is a stream entry id Redis takes, else None."""
     if not _ENTRY_ID.fullmatch(entry_id):
         return None
     return entry_id if all(int(part) <= _ID_PART_MAX for part in entry_id.split("-")) else None
