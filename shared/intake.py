@@ -33,7 +33,6 @@ from typing import Any
 import redis
 
 from shared import keys
-from shared.job_wire import json_text
 
 __all__ = [
     "IntakeBook",
@@ -223,7 +222,9 @@ class IntakeBook:
 
     def rewrite(self, record: IntakeRecord, message_id: str) -> None:
         """Point a record at the message that re-sends it (its time was set when taken)."""
-        text = IntakeRecord.text(message_id, json_text(record.job), record.attempts + 1)
+        # As read (a hand-edited NaN too: the worker rejects it, naming the field).
+        job = json.dumps(record.job, ensure_ascii=False, separators=(",", ":"))
+        text = IntakeRecord.text(message_id, job, record.attempts + 1)
         self.redis.hset(keys.INTAKE_JOBS, record.member, text)
 
     def forget(self, members: Iterable[str | bytes]) -> None:

@@ -302,3 +302,26 @@ def test_recovery_republishes_non_ascii_jobs_in_messages_a_worker_takes(tmp_path
         assert all(job["state"]["text"] == "漢" * 150_000 for job in sent)
         app.close()
         ledger.dispose()
+
+
+def test_a_record_whose_job_is_no_strict_json_is_republished_for_the_worker_to_reject(
+    tmp_path: Path,
+) -> None:
+    # A hand-edited record (a NaN in its job): the reaper's strict text refused it, and the
+    # round would fail on it for every record behind it.
+    with redis_database(REDIS_DB) as r:
+        ledger = Ledger(settings_for(tmp_path).ledger_url)
+        ledger.migrate()
+        book = IntakeBook(r)
+        book.record([(intake_member("n", "nan-1"), '{"id": "nan-1", "x": NaN}')], "m-1")
+        book.record([(intake_member("n", "ok-1"), '{"id": "ok-1"}')], "m-2")
+        time.sleep(1.1)
+        app = Celery("t", broker=settings_for(tmp_path).broker_url, set_as_current=False)
+        app.conf.update(task_serializer="json", accept_content=["json"])
+        done = asyncio.run(
+            recover_intake(ledger, book, r, send_jobs(app), older_than_s=1, chunk_size=10)
+        )
+        assert done.republished == 2
+        assert r.llen(keys.CELERY_QUEUE) == 1
+        app.close()
+        ledger.dispose()

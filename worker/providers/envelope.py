@@ -61,7 +61,7 @@ def answer_json(body: bytes) -> object:
     ``ValueError`` and ``RecursionError`` as ``json.loads`` raises them).
 
     The standard parser reads more (found by an attack): UTF-16 and UTF-32 bytes, which the
-    key scrub reads as UTF-8 and so cannot see the key in, and a ``\udfff`` escape, a
+    key scrub reads as UTF-8 and so cannot see the key in, and a ``\\udfff`` escape, a
     string no reply, ledger row or stream entry can be written with (the job was left
     without a terminal message). The surrogate check walks the value only when the text
     holds such an escape (a few per million answers: an emoji written escaped)."""

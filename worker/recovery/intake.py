@@ -231,8 +231,18 @@ def _messages(
     for record in records:
         # The job's text as ``send_jobs`` writes it in the body (compact UTF-8, as the
         # client's): what fitted the client's message fits the reaper's.
-        yield from chunks.add(None, record, job_cost(json_text(record.job)))
+        yield from chunks.add(None, record, job_cost(_job_text(record.job)))
     yield from chunks.drain()
+
+
+def _job_text(job: dict[str, Any]) -> str:
+    """A record's job as the reaper sends and costs it: compact UTF-8, or, for one that is
+    no strict JSON (a hand edit: a NaN), json's own text, which the worker's guard rejects
+    naming the field rather than the reaper failing its round on it."""
+    try:
+        return json_text(job)
+    except (ValueError, TypeError, RecursionError):
+        return json.dumps(job)
 
 
 def send_jobs(celery_app: Celery) -> Publish:
@@ -245,7 +255,7 @@ def send_jobs(celery_app: Celery) -> Publish:
         with celery_app.producer_or_acquire() as producer:
             celery_app.send_task(
                 keys.RUN_JOBS_TASK,
-                kwargs={"jobs": EncodedJobs(json_text(job) for job in jobs)},
+                kwargs={"jobs": EncodedJobs(_job_text(job) for job in jobs)},
                 queue=keys.CELERY_QUEUE,
                 task_id=message_id,
                 producer=SplicingProducer(producer),
