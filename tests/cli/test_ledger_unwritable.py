@@ -26,6 +26,7 @@ from tests.cli.support import KEY_VARIABLES, Outcome, decisions, traceback_in
 from tests.support.processes import DECISIONS, decisions_env
 from worker.cli.run import LedgerRetries
 from worker.ledger import LedgerUnavailable
+from worker.ledger.errors import TablesMissing
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Ends a run that hangs, well before the test's own timeout (the run takes seconds).
@@ -182,3 +183,21 @@ def test_a_ledger_error_that_may_pass_is_said_once_and_retried(
         f"the ledger at {ledger} stayed locked by another process past "
         "DECISIONS_SQLITE_BUSY_TIMEOUT_S=5.0 s; retrying"
     ]
+
+
+def test_a_run_whose_ledger_tables_were_dropped_under_it_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `decisions run` migrated its own file at start: tables missing later were dropped under
+    # it, and no retry brings them back (it retried for ever, saying so once). Stopping loses
+    # nothing a rerun could not redo; the explanation says what the drop cost.
+    ledger = tmp_path / "decisions.db"
+    monkeypatch.setenv("DECISIONS_LEDGER_URL", f"sqlite:///{ledger}")
+    get_settings.cache_clear()
+    try:
+        with LedgerRetries() as retries:
+            _retried(TablesMissing("ledger tables are missing (no such table: calls)"))
+            with pytest.raises(TablesMissing):
+                retries.check()
+    finally:
+        get_settings.cache_clear()

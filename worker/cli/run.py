@@ -21,6 +21,7 @@ from worker.cli.startup import check_registries
 from worker.cli.terminal import console, err_console
 from worker.delivery.outage import ledger_outage
 from worker.embedded import RunSummary, at_the_faux, run_batch
+from worker.ledger.errors import TablesMissing
 from worker.process.logs import configure_logging
 
 __all__ = ["LedgerRetries", "register"]
@@ -108,7 +109,9 @@ class LedgerRetries:
     that: the run is one process with one ledger file, and no job can go on until someone
     frees the disk or fixes the permissions. Stopping loses nothing: no request is sent that
     the ledger did not record as claimed first, so the same batch can run again (what it
-    stored replays, a call sent and not recorded as answered is never sent again). Any other
+    stored replays, a call sent and not recorded as answered is never sent again). So do its
+    ledger's tables dropped under it (what they held is gone with them; the explanation says
+    so). Any other
     ledger error (locked past the busy timeout, say) may pass: it is said once, and retried.
     """
 
@@ -135,7 +138,9 @@ class LedgerRetries:
         error = getattr(reason, "exc", reason)
         if not isinstance(error, LedgerError):
             return
-        if self._fatal is None and cannot_write(error):
+        # The run migrated its own ledger at start: tables missing now were dropped under
+        # it, and no retry brings them back (it retried for ever, saying so once).
+        if self._fatal is None and (cannot_write(error) or isinstance(error, TablesMissing)):
             self._fatal = error
         self._seen.append(error)
 
