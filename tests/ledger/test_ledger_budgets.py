@@ -479,3 +479,34 @@ def test_a_daily_ceiling_first_met_counts_what_its_provider_booked_that_day(
         claim(ledger, late.job_id, 0.4, batch="late", ceiling=1.0, provider="faux")
     assert refused.value.refusal.committed_usd == pytest.approx(0.7)
     assert claim(ledger, late.job_id, 0.3, batch="late", ceiling=1.0, provider="faux").fresh
+
+
+def test_a_budget_set_while_calls_are_in_flight_counts_what_they_cost(
+    ledger: Ledger, new_job: Callable[..., JobRow]
+) -> None:
+    """Found by an attack: `decisions budget set` on a running batch counted only calls
+    already settled; the 40 in flight settled into no budget, and the batch spent 3.4 times
+    a limit it had passed before the next claim. Calls in flight when a budget is made are
+    brought under it, each settling its cost into it."""
+    flying = [new_job(batch="b") for _ in range(3)]
+    for job in flying:
+        claim(ledger, job.job_id, None)  # no budget yet: no reservation
+    ledger.set_budget("b", 0.5)
+    assert committed(ledger) == pytest.approx(0.0)
+    for job in flying:
+        ledger.record(job_id=job.job_id, outcome=outcome("answered", 0.2, "reported"))
+    assert committed(ledger) == pytest.approx(0.6)
+    late = new_job(batch="b")
+    with pytest.raises(OverBudget):
+        claim(ledger, late.job_id, 0.01)
+    # A daily ceiling first met while its provider's calls fly counts them the same way.
+    day = [new_job(batch=f"d{i}") for i in range(2)]
+    for i, job in enumerate(day):
+        claim(ledger, job.job_id, None, batch=f"d{i}", provider="parallel")
+    first = new_job(batch="d-late")
+    claim(ledger, first.job_id, 0.1, batch="d-late", ceiling=1.0, provider="parallel")
+    for job in day:
+        ledger.record(job_id=job.job_id, outcome=outcome("answered", 0.5, "reported"))
+    second = new_job(batch="d-later")
+    with pytest.raises(OverBudget):  # 0.1 reserved + 1.0 settled + 0.1 > 1.0
+        claim(ledger, second.job_id, 0.1, batch="d-later", ceiling=1.0, provider="parallel")

@@ -29,17 +29,24 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 import structlog
-from sqlalchemy import bindparam, func, select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import Connection
 
 from shared.prices import BUDGET_SLACK_USD
+from worker.ledger.budget_counts import (
+    DAY_PREFIX,
+    bring_in_flight,
+    day_calls,
+    spent_so_far,
+    spent_that_day,
+)
 from worker.ledger.errors import OverBudget
 from worker.ledger.models import budgets, calls, jobs
-from worker.ledger.rows import SENT_STATUSES, BudgetAsk, BudgetRefusal, CallRow, JobRow
+from worker.ledger.rows import BudgetAsk, BudgetRefusal, CallRow, JobRow
 from worker.ledger.sql import insert_if_absent
 
 __all__ = [
@@ -65,7 +72,6 @@ __all__ = [
 log = structlog.get_logger("decisions.budgets")
 
 BATCH_PREFIX: Final = "batch:"
-DAY_PREFIX: Final = "day:"
 #: The escalation reason of a job whose request did not fit a budget (nothing was sent).
 EXHAUSTED: Final = "budget_exhausted"
 #: Sums are rounded as costs are (far below a cent), so float noise never refuses a claim.
@@ -140,34 +146,6 @@ def read_budget(conn: Connection, scope: str) -> Any:
     return conn.execute(_READ, {"b_scope": scope}).first()
 
 
-def _spent_so_far(conn: Connection, batch: str) -> float:
-    """Known costs a batch booked before its budget existed (counted in from the start)."""
-    stmt = (
-        select(func.coalesce(func.sum(calls.c.cost_usd), 0.0))
-        .join(jobs, jobs.c.job_id == calls.c.job_id)
-        .where((jobs.c.batch == batch) & calls.c.status.in_(sorted(SENT_STATUSES)))
-    )
-    return float(conn.execute(stmt).scalar_one())
-
-
-def _spent_that_day(conn: Connection, scope: str) -> float:
-    """Known costs the provider of a ``day:`` scope booked that (UTC) day, by the claims'
-    times: a ceiling first met in the afternoon counts the morning (found by an attack: it
-    started at $0, and the day's spend passed it). Once a day a provider: no index needed."""
-    provider, _, day = scope[len(DAY_PREFIX) :].rpartition(":")
-    try:
-        start = datetime.fromisoformat(day).replace(tzinfo=UTC)
-    except ValueError:  # not a scope ``day_scope`` made: nothing to count it by
-        return 0.0
-    stmt = select(func.coalesce(func.sum(calls.c.cost_usd), 0.0)).where(
-        (calls.c.provider == provider)
-        & calls.c.status.in_(sorted(SENT_STATUSES))
-        & (calls.c.claimed_at >= start)
-        & (calls.c.claimed_at < start + timedelta(days=1))
-    )
-    return float(conn.execute(stmt).scalar_one())
-
-
 def _ensure(
     conn: Connection, scope: str, limit: float, now: datetime, *, batch: str | None
 ) -> None:
@@ -177,9 +155,14 @@ def _ensure(
         return
     committed = 0.0
     if batch is not None:
-        committed = _spent_so_far(conn, batch)
+        committed = spent_so_far(conn, batch)
+        which = calls.c.job_id.in_(select(jobs.c.job_id).where(jobs.c.batch == batch))
+        committed += bring_in_flight(conn, scope, which)
     elif scope.startswith(DAY_PREFIX):
-        committed = _spent_that_day(conn, scope)
+        committed = spent_that_day(conn, scope)
+        day = day_calls(scope)
+        if day is not None:
+            committed += bring_in_flight(conn, scope, day)
     insert_if_absent(
         conn,
         budgets,
@@ -304,7 +287,8 @@ def settle(conn: Connection, settled: Iterable[CallRow], now: datetime) -> None:
         if call.reserved_usd is None or not call.budget_scopes:
             continue
         held = charge(call.status, call.cost_usd, call.reserved_usd)
-        if held > call.reserved_usd:
+        # (A call brought under a budget in flight reserved nothing: no overrun of its.)
+        if held > call.reserved_usd > 0:
             log.warning(
                 "budget.overrun",
                 job_id=call.job_id,
