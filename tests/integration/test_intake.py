@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from celery import Celery
 from structlog.testing import capture_logs
 
 from shared import keys
-from shared.client import Client
+from shared.client import Client, SubmitReport
 from shared.intake import IntakeBook, intake_member
 from shared.settings import Settings
 from tests.support.fleet import decide_job
@@ -127,6 +128,24 @@ def test_recovery_republishes_only_what_neither_the_ledger_nor_the_broker_has(
         ledger.dispose()
 
 
+def submitted_and_lost(
+    r: redis.Redis, settings: Settings, jobs: list[dict[str, Any]], reply_to: str
+) -> SubmitReport:
+    """``jobs`` submitted by a client, then their messages lost in a pop window, their
+    intake records old enough for a reaper to take."""
+    report = Client(settings, redis_client=r).submit_batch(jobs, reply_to=reply_to, chunk_size=10)
+    r.delete(keys.CELERY_QUEUE)
+    time.sleep(1.1)
+    return report
+
+
+def json_app(settings: Settings) -> Celery:
+    """A Celery app on the settings' broker, JSON only, as the reaper's publishes through."""
+    app = Celery("t", broker=settings.broker_url, set_as_current=False)
+    app.conf.update(task_serializer="json", accept_content=["json"])
+    return app
+
+
 def test_recovery_republishes_big_jobs_in_messages_under_the_cap(tmp_path: Path) -> None:
     # Four jobs of about 300 KB each, under a 1 MiB cap: the client sent them two a message;
     # lost, they must come back in messages a worker takes, not one of four (dropped as
@@ -136,12 +155,9 @@ def test_recovery_republishes_big_jobs_in_messages_under_the_cap(tmp_path: Path)
         settings = settings_for(tmp_path).model_copy(update={"max_message_bytes": cap})
         ledger = Ledger(settings.ledger_url)
         ledger.migrate()
-        client = Client(settings, redis_client=r)
         jobs = [decide_job(f"big-{i}", state={"text": "x" * 300_000}) for i in range(4)]
-        report = client.submit_batch(jobs, reply_to="big:replies", chunk_size=10)
+        report = submitted_and_lost(r, settings, jobs, "big:replies")
         assert report.messages == 2  # the client's own split
-        r.delete(keys.CELERY_QUEUE)  # both lost in a pop window
-        time.sleep(1.1)
         published: list[list[dict[str, Any]]] = []
         done = asyncio.run(
             recover_intake(
@@ -272,12 +288,9 @@ def test_recovery_republishes_non_ascii_jobs_in_messages_a_worker_takes(tmp_path
         ledger = Ledger(settings.ledger_url)
         ledger.migrate()
         jobs = [decide_job(f"kanji-{i}", state={"text": "漢" * 150_000}) for i in range(3)]
-        report = Client(settings, redis_client=r).submit_batch(jobs, reply_to="k:replies")
+        report = submitted_and_lost(r, settings, jobs, "k:replies")
         assert report.job_ids == [f"kanji-{i}" for i in range(3)]
-        r.delete(keys.CELERY_QUEUE)  # lost in a pop window
-        time.sleep(1.1)
-        app = Celery("t", broker=settings.broker_url, set_as_current=False)
-        app.conf.update(task_serializer="json", accept_content=["json"])
+        app = json_app(settings)
         done = asyncio.run(
             recover_intake(
                 ledger,
@@ -316,8 +329,7 @@ def test_a_record_whose_job_is_no_strict_json_is_republished_for_the_worker_to_r
         book.record([(intake_member("n", "nan-1"), '{"id": "nan-1", "x": NaN}')], "m-1")
         book.record([(intake_member("n", "ok-1"), '{"id": "ok-1"}')], "m-2")
         time.sleep(1.1)
-        app = Celery("t", broker=settings_for(tmp_path).broker_url, set_as_current=False)
-        app.conf.update(task_serializer="json", accept_content=["json"])
+        app = json_app(settings_for(tmp_path))
         done = asyncio.run(
             recover_intake(ledger, book, r, send_jobs(app), older_than_s=1, chunk_size=10)
         )

@@ -17,7 +17,7 @@ import pytest
 
 from shared.errors import DecisionProviderError
 from shared.menus import Message
-from worker.runtimes.chat import ChatConfig, ChatRuntime
+from worker.runtimes.chat import ChatConfig, ChatResult, ChatRuntime
 from worker.testing.faux import FauxProvider
 
 from .support import CASE_IDS, CASES, FAST, Case, deadline
@@ -72,6 +72,23 @@ class Echo(httpx.AsyncBaseTransport):
         return httpx.Response(response.status_code, headers=headers, content=text.encode())
 
 
+async def ask_chat(transport: httpx.AsyncBaseTransport) -> ChatResult:
+    """One model call of a chat runtime keyed by ``ECHO_CHAT_KEY``, through ``transport``."""
+    http = httpx.AsyncClient(transport=transport)
+    runtime = ChatRuntime(
+        ChatConfig(
+            name="echoing", base_url="http://faux.invalid", key_env="ECHO_CHAT_KEY",
+            path="/api/v1/chat/completions", default_model="m",
+        ),
+        http=http,
+    )  # fmt: skip
+    messages: list[Message] = [{"role": "user", "content": "Pick one: a or b."}]
+    try:
+        return await runtime.send(runtime.prepare(messages), deadline())
+    finally:
+        await http.aclose()
+
+
 @pytest.mark.parametrize("form", ["plain", "upper", "base64"])
 @pytest.mark.parametrize("case", WITH_KEY, ids=[c.name for c in WITH_KEY])
 async def test_a_key_echoed_in_an_answer_stays_out_of_the_receipt(
@@ -96,20 +113,7 @@ async def test_a_key_echoed_by_a_chat_host_stays_out_of_the_reply_and_receipt(
     form: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ECHO_CHAT_KEY", KEY)
-    faux = FauxProvider()
-    http = httpx.AsyncClient(transport=Echo(faux.transport(), form))
-    runtime = ChatRuntime(
-        ChatConfig(
-            name="echoing", base_url="http://faux.invalid", key_env="ECHO_CHAT_KEY",
-            path="/api/v1/chat/completions", default_model="m",
-        ),
-        http=http,
-    )  # fmt: skip
-    messages: list[Message] = [{"role": "user", "content": "Pick one: a or b."}]
-    try:
-        result = await runtime.send(runtime.prepare(messages), deadline())
-    finally:
-        await http.aclose()
+    result = await ask_chat(Echo(FauxProvider().transport(), form))
     seen = result.receipt.model_dump_json() + json.dumps(result.raw) + repr(result.reply)
     # What a handler is given: a tool call's arguments, read as JSON.
     seen += "".join(json.dumps(json.loads(c.arguments)) for c in result.reply.tool_calls)
@@ -132,23 +136,17 @@ class Hostile(httpx.AsyncBaseTransport):
         response = await self.inner.handle_async_request(request)
         await response.aread()
         body = json.loads(response.content)
-        if self.form == "key-as-question":
-            answers = body.get("answers") if isinstance(body, dict) else None
-            if not isinstance(answers, dict) or not answers:
-                pytest.skip("this provider's answers are no object keyed by question")
-            answers[KEY] = next(iter(answers.values()))
-        if self.form == "key-in-pieces":
-            answers = body.get("answers") if isinstance(body, dict) else None
-            if not isinstance(answers, dict) or not answers:
-                pytest.skip("this provider's answers are no object keyed by question")
-            first = next(iter(answers.values()))
-            answers.update({KEY[i : i + 11]: first for i in range(0, len(KEY), 11)})
-        if self.form == "many-questions":
+        made_up = {
+            "key-as-question": [KEY],
+            "key-in-pieces": [KEY[i : i + 11] for i in range(0, len(KEY), 11)],
+            "many-questions": [f"made-up-{i}-" + "x" * 50 for i in range(5_000)],
+        }.get(self.form)
+        if made_up is not None:  # answers to questions the host was not asked
             answers = body.get("answers") if isinstance(body, dict) else None
             if not isinstance(answers, dict) or not answers:
                 pytest.skip("this provider's answers are no object keyed by question")
             first = next(iter(answers.values()))
-            answers.update({f"made-up-{i}-" + "x" * 50: first for i in range(5_000)})
+            answers.update(dict.fromkeys(made_up, first))
         text = json.dumps(body)
         if self.form == "surrogate":
             text = text.replace('"model": "', '"model": "\\udfff', 1)
@@ -194,19 +192,7 @@ async def test_a_chat_answer_that_is_not_strict_utf8_json_is_invalid(
     # bytes hide every piece of the key) and json.loads, which reads UTF-16 by itself, gave
     # the key back in a pick's arguments; a lone surrogate made the job's reply unwritable.
     monkeypatch.setenv("ECHO_CHAT_KEY", KEY)
-    http = httpx.AsyncClient(transport=Hostile(FauxProvider().transport(), form))
-    runtime = ChatRuntime(
-        ChatConfig(
-            name="hostile", base_url="http://faux.invalid", key_env="ECHO_CHAT_KEY",
-            path="/api/v1/chat/completions", default_model="m",
-        ),
-        http=http,
-    )  # fmt: skip
-    messages: list[Message] = [{"role": "user", "content": "Pick one: a or b."}]
-    try:
-        with pytest.raises(DecisionProviderError) as failed:
-            await runtime.send(runtime.prepare(messages), deadline())
-    finally:
-        await http.aclose()
+    with pytest.raises(DecisionProviderError) as failed:
+        await ask_chat(Hostile(FauxProvider().transport(), form))
     assert failed.value.code == "invalid_response"
     assert "UTF-8" in (failed.value.detail or "") or "surrogate" in (failed.value.detail or "")
