@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ from worker.ledger import (
     Ledger,
     MemberClaim,
     OverBudget,
+    budget_ops,
 )
 from worker.ledger.budget_ops import day_scope
 
@@ -510,3 +512,58 @@ def test_a_budget_set_while_calls_are_in_flight_counts_what_they_cost(
     second = new_job(batch="d-later")
     with pytest.raises(OverBudget):  # 0.1 reserved + 1.0 settled + 0.1 > 1.0
         claim(ledger, second.job_id, 0.1, batch="d-later", ceiling=1.0, provider="parallel")
+
+
+def test_two_first_claims_racing_to_make_a_budget_count_each_call_once(
+    pg_url: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a fresh-clone CI run (the fault suite's budget race): two workers' first
+    claims of a batch both read no budget. One made it, reserved and committed; the other,
+    making it too, brought that call in flight under it a second time (its scopes read
+    ``batch:b batch:b``), so its settlement moved the budget twice and the budget undercounted
+    the batch by three quarters of a worst case. Only the claim that makes the budget brings
+    calls in flight under it. (PostgreSQL only: SQLite serialises writers, so no second claim
+    can read between another's read and its commit.)"""
+    ledger = Ledger(pg_url())
+    ledger.migrate()
+    try:
+        first, second = (
+            ledger.open_job(
+                job_id=f"race-{i}",
+                kind="decide",
+                batch="b",
+                reply_to="replies:test",
+                fingerprint="fp",
+                deadline=later(120),
+                job_json='{"id": "x"}',
+            )
+            for i in (1, 2)
+        )
+        real_read = budget_ops.read_budget
+        interleaved: list[bool] = []
+
+        def stale_read(conn: Any, scope: str) -> Any:
+            # The second claim's transaction reads no budget; the first claim then makes it,
+            # reserves and commits (its own connection, another thread) before the second
+            # goes on: the interleaving two workers met in the fault suite.
+            found = real_read(conn, scope)
+            if not interleaved and threading.current_thread() is threading.main_thread():
+                interleaved.append(True)
+                racer = threading.Thread(
+                    target=claim, args=(ledger, first.job_id, 0.4), kwargs={"budget": 1.0}
+                )
+                racer.start()
+                racer.join(timeout=30)
+            return found
+
+        monkeypatch.setattr(budget_ops, "read_budget", stale_read)
+        claim(ledger, second.job_id, 0.4, budget=1.0)
+        monkeypatch.undo()
+        assert interleaved
+        raced = ledger.get_call(first.job_id, "decide")
+        assert raced is not None and raced.budget_scopes == "batch:b"
+        assert committed(ledger) == pytest.approx(0.8)
+        ledger.record(job_id=first.job_id, outcome=outcome("answered", 0.1, "reported"))
+        assert committed(ledger) == pytest.approx(0.5)  # 0.1 booked + 0.4 reserved
+    finally:
+        ledger.dispose()

@@ -66,16 +66,17 @@ def bring_in_flight(conn: Connection, scope: str, which: Any) -> float:
     running batch counted only settled calls, the 40 in flight settled into no budget, and
     the batch spent 3.4 times a limit it had passed before its next claim. One without a
     reservation is brought in at 0: what it will cost is not known until it settles."""
-    flying = which & (calls.c.status == "claimed")
-    reserved = conn.execute(
-        select(func.coalesce(func.sum(calls.c.reserved_usd), 0.0)).where(flying)
-    ).scalar_one()
-    conn.execute(
+    # One statement, which reads what it brings in: a separate sum could count a call that
+    # settled before the update (never brought in: counted for ever) or miss one claimed
+    # between the two (brought in, its reservation then settled out of a budget that never
+    # counted it).
+    brought = conn.execute(
         update(calls)
-        .where(flying)
+        .where(which & (calls.c.status == "claimed"))
         .values(
             budget_scopes=func.trim(func.coalesce(calls.c.budget_scopes, "") + " " + scope),
             reserved_usd=func.coalesce(calls.c.reserved_usd, 0.0),
         )
+        .returning(calls.c.reserved_usd)
     )
-    return float(reserved)
+    return float(sum(brought.scalars()))

@@ -153,6 +153,15 @@ def _ensure(
     by its batch, a day's by its provider that day."""
     if read_budget(conn, scope) is not None:
         return
+    made = insert_if_absent(
+        conn, budgets, {"scope": scope, "limit_usd": limit, "committed_usd": 0.0, "updated_at": now}
+    )
+    if made is None:
+        # Another claim made it since the read above, and counted what came before. Only the
+        # maker counts: found by a fresh-clone CI run, where the loser of this race brought
+        # the winner's reserved call in flight under the budget a second time, and its
+        # settlement moved the budget twice.
+        return
     committed = 0.0
     if batch is not None:
         committed = spent_so_far(conn, batch)
@@ -163,11 +172,8 @@ def _ensure(
         day = day_calls(scope)
         if day is not None:
             committed += bring_in_flight(conn, scope, day)
-    insert_if_absent(
-        conn,
-        budgets,
-        {"scope": scope, "limit_usd": limit, "committed_usd": committed, "updated_at": now},
-    )
+    if committed:
+        conn.execute(_ADJUST, {"b_scope": scope, "b_amount": committed, "b_now": now})
 
 
 def set_limit(conn: Connection, scope: str, limit: float, now: datetime) -> None:
