@@ -152,3 +152,25 @@ async def test_a_lease_that_cannot_be_renewed_ends_the_process_before_it_runs_ou
     [call] = [c for c in harness.ledger.calls("lease-dark") if c.step == "handler"]
     assert call.status == "claimed"
     assert json.dumps(call.lease_expires.isoformat())  # still held: nobody escalated it
+
+
+async def test_a_handler_frozen_past_its_lease_cannot_act_when_it_wakes(
+    tmp_path: Path, fence: list[tuple[str, str, float]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by an attack: a worker frozen mid-handler (SIGSTOP, as a VM freeze or a swap
+    storm looks) past its lease, while another worker's reaper escalated the job
+    handler_interrupted; on SIGCONT the handler's thread ran before the loop's fence could
+    and refunded 0.06 s after the escalation went out. Here the loop is frozen instead of the
+    whole process (the same race: nothing renews and nothing fences while the handler's
+    wait ends): the handler must not act once the lease it knows it holds is over."""
+    runs = tmp_path / "runs.jsonl"
+    monkeypatch.setenv("MENUS_TEST_RUNS", str(runs))
+    harness = slow_harness(tmp_path)
+    harness.pick("lease-frozen", "pick.0", "pay", {"order_id": "D-1", "seconds": 6.0})
+    frozen = leased.MIN_EXTENSION_S + 3  # past the lease the first renewal gave
+    asyncio.get_running_loop().call_later(0.5, time.sleep, frozen)
+    with pytest.raises(Fenced):
+        await harness.run(menu_job("lease-frozen", options=SLOW))
+    assert not runs.exists() or "D-1" not in runs.read_text()
+    [(name, why, _)] = fence
+    assert name == "handler-lease" and "lease" in why

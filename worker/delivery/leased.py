@@ -15,7 +15,19 @@ refunded at 6.1 s). So, while the handler runs:
   of ``extend_s`` before that end with no newer renewal confirmed (the ledger unreachable,
   the loop starved), or a renewal finds the claim gone, the process exits
   (``worker.process.liveness.fatal``): the handler dies with it, before anyone can see the lease
-  over. Other jobs of the process are then settled as after any crash.
+  over. Other jobs of the process are then settled as after any crash;
+- **fence in the handler's own thread**: the loop's check above cannot win every race. A
+  process frozen whole past its lease (SIGSTOP, a VM paused, a swap storm) wakes its threads
+  together, and the handler's ran first: found by an attack, it refunded 0.06 s after
+  another worker's reaper had escalated the job. So the handler's thread runs under a
+  profile hook (``sys.setprofile``, that thread only) that, on every function call, C ones
+  included, raises once the lease the holder knows it has is over, before the call runs;
+  the process then exits as above. What is left is a call already under way when the
+  process froze (a request half sent), which no holder can take back: an effect that must
+  never happen twice takes the job's id as its idempotency key at its target. A handler
+  that catches ``BaseException`` and goes on is not fenced again (Python unsets a profile
+  hook that raised). The hook costs about a microsecond a function call, in handler threads
+  only: handlers wait on I/O.
 
 The handler runs in a daemon thread of its own, not the loop's default executor: a stuck
 handler neither starves the ledger calls (and renewals) queued there nor keeps the
@@ -31,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -57,8 +70,40 @@ class _Ended:
     error: BaseException | None = None
 
 
+class _LeaseOver(BaseException):
+    """Raised in a handler's thread by ``_Fence``: a ``BaseException`` so that a handler's
+    ``except Exception`` cannot take it for its own error and go on to act."""
+
+
+class _Fence:
+    """The moment (``time.monotonic``) until which the holder knows its lease holds, moved
+    on by the loop at each confirmed renewal and checked by the handler's thread."""
+
+    def __init__(self, until: float) -> None:
+        self.until = until
+        self.armed = True
+
+    def check(self, frame: Any, event: str, arg: Any) -> None:
+        # A profile hook (``sys.setprofile``): called before every call of the thread.
+        if self.armed and event in ("call", "c_call") and time.monotonic() >= self.until:
+            raise _LeaseOver("the handler's lease is over")
+
+    def run(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+        sys.setprofile(self.check)
+        try:
+            return fn(**kwargs)
+        finally:
+            # Disarmed first: the handler returned, and unsetting the hook is a call too.
+            self.armed = False
+            sys.setprofile(None)
+
+
 def _start(
-    fn: Callable[..., Any], kwargs: dict[str, Any], name: str, loop: asyncio.AbstractEventLoop
+    fn: Callable[..., Any],
+    kwargs: dict[str, Any],
+    name: str,
+    loop: asyncio.AbstractEventLoop,
+    fence: _Fence,
 ) -> asyncio.Future[_Ended]:
     done: asyncio.Future[_Ended] = loop.create_future()
     context = contextvars.copy_context()  # the job's log bindings, as asyncio.to_thread would
@@ -69,7 +114,7 @@ def _start(
 
     def body() -> None:
         try:
-            ended = _Ended(value=context.run(fn, **kwargs))
+            ended = _Ended(value=context.run(fence.run, fn, kwargs))
         except BaseException as exc:  # whatever the handler raised is its error
             ended = _Ended(error=exc)
         with contextlib.suppress(RuntimeError):  # a closed loop: the process is going away
@@ -117,7 +162,8 @@ async def run_leased(
             raise CallNotFound(job_id, step)
         raise ClaimLost(stored, "handler run")
     confirmed, next_try = sent, sent + every_s
-    done = _start(fn, kwargs, name, asyncio.get_running_loop())
+    fence = _Fence(confirmed + fence_s)
+    done = _start(fn, kwargs, name, asyncio.get_running_loop(), fence)
     cancelled = False
     while not done.done():
         wake = min(next_try, confirmed + fence_s)
@@ -140,6 +186,7 @@ async def run_leased(
                 cancelled, renewed = True, None
             if renewed:
                 confirmed, next_try = now, now + every_s
+                fence.until = confirmed + fence_s
             elif renewed is False and not done.done():
                 liveness.fatal("handler-lease", f"{job_id} {step}: {name} runs, claim taken")
             else:
@@ -148,10 +195,12 @@ async def run_leased(
             liveness.fatal(
                 "handler-lease", f"{job_id} {step}: {name} runs, its lease could not be renewed"
             )
+    ended = done.result()
+    if isinstance(ended.error, _LeaseOver):  # its own thread saw the lease over (``_Fence``)
+        liveness.fatal("handler-lease", f"{job_id} {step}: {name} outlived its lease")
     if cancelled:
         log.warning("handler.cancel_deferred", job_id=job_id, step=step, handler=name)
         raise asyncio.CancelledError
-    ended = done.result()
     if ended.error is None:
         return ended.value
     if isinstance(ended.error, Exception):
