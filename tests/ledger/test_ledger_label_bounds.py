@@ -141,7 +141,7 @@ def test_migrating_sets_aside_the_rows_out_of_bounds_and_keeps_the_rest(
     ledger.migrate()
 
     ledger.check_schema()
-    assert ledger.current_revision() == ledger.head_revision() == "0006"
+    assert ledger.current_revision() == ledger.head_revision()
     assert sorted(row.job_id for row in ledger.labels()) == ["good-0", "good-1", "good-2"]
     aside = set_aside(ledger)
     assert set(aside) == set(let_in)

@@ -18,15 +18,15 @@ from worker.ledger.models import metadata
 
 
 def test_head_revision() -> None:
-    assert head_revision() == "0006"
-    assert Ledger.head_revision() == "0006"
+    assert head_revision() == "0007"
+    assert Ledger.head_revision() == "0007"
 
 
 def test_check_schema_on_an_empty_database(empty_ledger: Ledger) -> None:
     with pytest.raises(SchemaBehind) as caught:
         empty_ledger.check_schema()
     assert str(caught.value) == (
-        "ledger schema is at none (no ledger tables), this code needs 0006: run `decisions migrate`"
+        "ledger schema is at none (no ledger tables), this code needs 0007: run `decisions migrate`"
     )
 
 
@@ -40,9 +40,9 @@ def test_migrate_is_idempotent(empty_ledger: Ledger, ledger_url: str) -> None:
     empty_ledger.migrate()
     empty_ledger.migrate()
     empty_ledger.check_schema()
-    assert empty_ledger.current_revision() == "0006"
-    assert current_revision(ledger_url) == "0006"
-    assert current_revision(empty_ledger.engine) == "0006"
+    assert empty_ledger.current_revision() == "0007"
+    assert current_revision(ledger_url) == "0007"
+    assert current_revision(empty_ledger.engine) == "0007"
     tables = set(inspect(empty_ledger.engine).get_table_names())
     assert {"jobs", "calls", "alembic_version"} <= tables
 
@@ -93,11 +93,11 @@ def test_a_sqlite_migration_that_meets_a_lock_past_the_busy_timeout_waits_its_tu
 
 
 def test_schema_behind(ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(schema, "head_revision", lambda: "0007")
+    monkeypatch.setattr(schema, "head_revision", lambda: "0008")
     with pytest.raises(SchemaBehind) as caught:
         ledger.check_schema()
     assert str(caught.value) == (
-        "ledger schema is at 0006, this code needs 0007: run `decisions migrate`"
+        "ledger schema is at 0007, this code needs 0008: run `decisions migrate`"
     )
 
 

@@ -4,10 +4,9 @@
   Not fresh: the stored row says what happened (never send).
 - ``await_claim``: a call another delivery holds, waited for while its lease runs (judged by
   the ledger's clock), booked ``unknown`` at its lost cost once the lease is over (a worker
-  died mid-call), or the job's row if that delivery finished the job meanwhile. The wait is
-  bounded by the job's deadline too: past the claim's own lease (``lease``), a lease further
-  off than one renewal (``leased``) is one no worker was given (a damaged row), and is booked
-  ``unknown`` the same way.
+  died mid-call), or the job's row if that delivery finished the job meanwhile. A lease
+  further off than its holder could have put it (its stored reach, ``worker.ledger.leases``)
+  is one no worker was given (a damaged row), and is booked ``unknown`` the same way.
 - ``send``: the claimed request, whatever happens turned into a ``SentCall`` (a failure's
   call status from the one error-code map; a cancel or a bug in flight is ``unknown``).
 - ``record``: the outcome, only onto this delivery's own claim.
@@ -44,6 +43,7 @@ from worker.ledger import (
     JobRow,
     OverBudget,
 )
+from worker.ledger.leases import trusted_reach
 from worker.observability.observer import Observer
 from worker.providers import was_cancelled
 from worker.providers.base import DecisionProvider, PreparedRequest
@@ -151,12 +151,11 @@ class CallProtocol:
         a worker that died mid-call, and is booked ``unknown`` at ``lost`` (the provider's
         list price as an estimate where it has one). Nothing is ever sent here.
 
-        The job's deadline bounds the wait as well: once the lease a claim of the job is given
-        (``lease``) is over, a lease is only ever moved on by renewals, each at most
-        ``renewal`` ahead (a menu handler still running: waited for, however long). A lease
-        further off than that no worker holds (a damaged row, say year 9999): its call is
-        booked ``unknown`` as a lost one is, by the one conditional write that closes a claim
-        (``record``, onto this very claim), so the job is escalated, not waited for forever.
+        A lease is waited for only as far as its holder could have put it (``beyond_reach``);
+        a renewed one however long (a menu handler still running). A lease further off no
+        worker holds (a damaged row, say year 9999): its call is booked ``unknown`` as a lost
+        one is, by the one conditional write that closes a claim (``record``, onto this very
+        claim), so the job is escalated, not waited for forever.
         """
         started = self.now()  # a damaged deadline's lease is counted from here (``lease``)
         while call.status == "claimed":
@@ -169,11 +168,7 @@ class CallProtocol:
             row = await self.ledger.get_job(job_id)
             if row is not None and row.finished:
                 return row
-            if (
-                row is not None
-                and now >= self.lease(row.deadline, started)
-                and call.lease_expires > now + self.renewal() + timedelta(seconds=CLAIM_POLL_S)
-            ):
+            if row is not None and self.beyond_reach(call, row.deadline, started, now):
                 call = await self._book_lost(job_id, step, call, lost)
                 continue
             await asyncio.sleep(min(CLAIM_POLL_S, (call.lease_expires - now).total_seconds()))
@@ -181,6 +176,26 @@ class CallProtocol:
             assert latest is not None, "a claimed call never disappears"
             call = latest
         return call
+
+    def beyond_reach(
+        self, call: CallRow, deadline: datetime, started: datetime, now: datetime
+    ) -> bool:
+        """Whether ``call``'s lease lies further off than its holder could have put it (a
+        damaged row), judged at ``now`` by a delivery that began waiting at ``started``.
+
+        A claim keeps its reach: a live lease never lies further than that from now, whatever
+        the holder's settings (another fleet's may be larger than this one's). A claim written
+        before the reach was kept is judged by this worker's settings, as it was then: once
+        the lease its job is given (``lease``, its ``deadline``) is over, a lease is only ever
+        moved on by renewals, each at most ``renewal`` ahead. Either way a poll's time is
+        allowed for the two clocks' readings."""
+        slack = timedelta(seconds=CLAIM_POLL_S)
+        if call.lease_reach_s is not None:
+            reach = timedelta(seconds=trusted_reach(call.lease_reach_s))
+            return call.lease_expires > now + reach + slack
+        return now >= self.lease(deadline, started) and (
+            call.lease_expires > now + self.renewal() + slack
+        )
 
     async def _book_lost(self, job_id: str, step: str, call: CallRow, lost: LostCost) -> CallRow:
         """Book ``call`` (still claimed, under a lease no worker was given) ``unknown`` at

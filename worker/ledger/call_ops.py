@@ -27,6 +27,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from shared.errors import LedgerError
 from worker.ledger import budget_ops
 from worker.ledger.errors import CallNotFound, ClaimLost, JobFinished, JobNotFound
+from worker.ledger.leases import claim_reach
 from worker.ledger.models import calls, jobs, to_utc
 from worker.ledger.rows import OUTCOME_STATUSES, BudgetAsk, CallOutcome, CallRow, Claim, JobRow
 from worker.ledger.sql import insert_if_absent, insert_many_if_absent
@@ -68,6 +69,7 @@ _RECLAIM = (
         request_sha256=bindparam("v_sha"),
         pack_id=bindparam("v_pack"),
         lease_expires=bindparam("v_lease"),
+        lease_reach_s=bindparam("v_reach"),
         claimed_at=bindparam("v_now"),
         reserved_usd=bindparam("v_reserved"),
         budget_scopes=bindparam("v_scopes"),
@@ -139,6 +141,7 @@ def _claim_values(fields: dict[str, Any], now: datetime) -> dict[str, Any]:
         "pack_id": fields.get("pack_id"),
         "status": "claimed",
         "lease_expires": to_utc(fields["lease_expires"]),
+        "lease_reach_s": claim_reach(to_utc(fields["lease_expires"]), now),
         "claims": 1,
         "claimed_at": now,
         "reserved_usd": fields.get("reserved_usd"),
@@ -224,6 +227,7 @@ def claim_call(
             "v_sha": request_sha256,
             "v_pack": pack_id,
             "v_lease": lease,
+            "v_reach": claim_reach(lease, now),
             "v_now": now,
             "v_reserved": fields["reserved_usd"],
             "v_scopes": fields["budget_scopes"],

@@ -155,6 +155,11 @@ calls = Table(
     # separated scopes, ``worker.ledger.budget_ops``); NULL: no budget covered the call.
     Column("reserved_usd", Float, nullable=True),
     Column("budget_scopes", String, nullable=True),
+    # How far past the moment its holder last wrote it the lease may be (seconds): what its
+    # holder's own settings gave it (``worker.ledger.leases``). A delivery that meets the
+    # claim judges the lease by it, not by its own settings, which another fleet's may
+    # exceed. NULL: written before revision 0007.
+    Column("lease_reach_s", Float, nullable=True),
     PrimaryKeyConstraint("job_id", "step"),
     CheckConstraint(
         "status IN ('claimed', 'answered', 'failed', 'not_sent', 'unknown')", name="status"

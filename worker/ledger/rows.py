@@ -89,6 +89,9 @@ class CallRow:
     #: None when no budget covered the call.
     reserved_usd: float | None = None
     budget_scopes: str | None = None
+    #: How far past its last write by its holder the lease may be, in seconds
+    #: (``worker.ledger.leases``); None on a row written before it was kept.
+    lease_reach_s: float | None = None
 
 
 @dataclass(frozen=True)
