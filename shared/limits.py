@@ -3,7 +3,7 @@
 ``job_problems`` is called by ``shared.job_parsing.parse_job`` (so by ``Client``, ``decisions
 submit``, ``decisions run`` and the worker's pool) and by the worker's guard in its main
 process, on the decoded body, before a message is handed to the pool. It walks each field of
-a job with ``shared.strict_json.measure`` (an explicit stack: a hostile value thousands of
+a job with ``shared.json_measure.measure`` (an explicit stack: a hostile value thousands of
 levels deep costs a walk to the limit, never a RecursionError) and names each field that is
 not strict JSON or breaks a limit, with the limit and the setting that changes it.
 
@@ -52,8 +52,9 @@ from typing import Any, Final
 
 from shared.canonical import canonical_bytes
 from shared.errors import FieldProblem
+from shared.json_measure import measure, string_size
 from shared.settings import Settings, get_settings
-from shared.strict_json import DuplicateKeys, measure, string_size
+from shared.strict_json import DuplicateKeys
 
 __all__ = [
     "MAX_BUDGET_USD",

@@ -27,14 +27,8 @@ from tests.support.checker import Figures
 from tests.support.envelopes import raw_envelope, task_body
 from tests.support.fleet import decide_job, profile
 from tests.support.services import free_port
-from worker.process.guard import (
-    MAX_RETRY_COUNT,
-    POISON_HEADER,
-    checked_envelope,
-    envelope_loads,
-    malformed,
-    unscheduled,
-)
+from worker.process.envelopes import POISON_HEADER, checked_envelope, envelope_loads
+from worker.process.guard import MAX_RETRY_COUNT, malformed, unscheduled
 
 pytestmark = pytest.mark.faults
 

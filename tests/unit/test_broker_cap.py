@@ -11,7 +11,7 @@ import fakeredis
 import pytest
 
 from worker.process.broker import cap_pops
-from worker.process.guard import (
+from worker.process.envelopes import (
     POISON_HEADER,
     POISON_REASON_HEADER,
     checked_envelope,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shared import strict_json
+from shared import json_measure, strict_json
 from shared.errors import FieldProblem, JobInvalid
 from shared.fingerprint import job_fingerprint
 from shared.job_parsing import job_deadline, parse_job
@@ -186,7 +186,7 @@ def test_text_too_deep_for_the_parser_still_reads_around_the_deep_value() -> Non
     body = f'[{{"id": "a"}}, {{"id": "b", "s": {deep}}}, {{"id": "c", "s": "[[ \\" {{"}}]'
     value = strict_json.loads(body)
     assert [job["id"] for job in value] == ["a", "b", "c"] and value[2]["s"] == '[[ " {'
-    found = strict_json.measure(value, max_depth=10_000)
+    found = json_measure.measure(value, max_depth=10_000)
     assert found.problem == ("[1].s.x.x.x.x.x....", "nested too deep to read")
 
 
@@ -303,7 +303,7 @@ def test_a_rejection_is_built_for_any_body() -> None:
 
 
 def test_measure_walks_a_deep_value_without_recursion() -> None:
-    found = strict_json.measure(nested(200_000), max_depth=1_000_000)
+    found = json_measure.measure(nested(200_000), max_depth=1_000_000)
     assert found.problem is None and found.depth == 200_000 and found.objects == 200_000
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared import strict_json
+from shared import json_measure
 from shared.limits import Limits, job_problems
 
 
@@ -37,7 +37,7 @@ values = st.recursive(
 
 @given(values)
 def test_the_size_of_any_strict_value_is_its_compact_json_in_utf8(value: Any) -> None:
-    found = strict_json.measure(value, max_depth=1_000)
+    found = json_measure.measure(value, max_depth=1_000)
     assert found.problem is None and found.size == compact(value)
 
 
@@ -48,7 +48,7 @@ def test_escapes_and_long_numbers_count_as_the_bytes_they_are_written_as() -> No
         {"k\x1f": [-1.2345678901234567e-300, -(10**99), True, None, False, [], {}]},
         ["\u2028é\U0001f600", 0.1, 10**20],
     ):
-        assert strict_json.measure(value, max_depth=10).size == compact(value), value
+        assert json_measure.measure(value, max_depth=10).size == compact(value), value
 
 
 def test_a_state_of_control_characters_is_held_to_its_limit() -> None:

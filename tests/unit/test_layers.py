@@ -61,6 +61,7 @@ PURE = (
     "shared/fingerprint.py",
     "shared/images.py",
     "shared/job_parsing.py",
+    "shared/json_measure.py",
     "shared/jobs.py",
     "shared/keys.py",
     "shared/limits.py",

@@ -12,8 +12,8 @@ from shared.client import Client
 from shared.errors import JobInvalid
 from shared.job_parsing import parse_job
 from shared.jobs import DecideJob
+from shared.json_measure import measure
 from shared.settings import Settings
-from shared.strict_json import measure
 
 
 def job(**over: Any) -> dict[str, Any]:

@@ -15,8 +15,8 @@ consumer reconnects) is acknowledged on that closed channel: the same ``Attribut
 This channel skips that second restore, and such late acknowledgements, when its
 transport is detached: the messages stay in kombu's unacknowledged set in Redis, where the
 visibility timeout puts them back (as after a ``kill -9``), and the worker reconnects.
-Its delivery also stands the guard's poison envelope for one kombu could not take in
-(``worker.process.guard.checked_envelope``).
+Its delivery also stands a poison envelope for one kombu could not take in
+(``worker.process.envelopes.checked_envelope``).
 
 One cost of kombu's is cut (``make bench``'s profile of the open loop: a sixth of the
 worker's CPU with single-job messages was redis-py under kombu): kombu builds a new
@@ -61,7 +61,7 @@ from kombu.transport import redis as kombu_redis
 from shared.keys import CELERY_QUEUE
 from shared.message_size import MAX_MESSAGE_SETTING
 from shared.settings import get_settings
-from worker.process.guard import checked_envelope, poison_envelope
+from worker.process.envelopes import checked_envelope, poison_envelope
 
 __all__ = ["CAPPED_POPS", "TRANSPORT", "Channel", "Transport", "cap_pops", "install"]
 

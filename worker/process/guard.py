@@ -23,6 +23,9 @@ by pickling the decoded arguments. Whatever a message holds must survive that:
 - **Size.** An item on the queue longer than ``DECISIONS_MAX_MESSAGE_BYTES`` is never
   decoded: the broker's channel (``worker.process.broker``) hands kombu a poison envelope
   for it instead, dropped here as ``oversize_message``.
+- **Envelopes.** What wraps a message on the Redis queue is read and checked before any of
+  this (``worker.process.envelopes``); one kombu or Celery could not take in arrives here as
+  a poison envelope, dropped as ``unreadable_envelope``.
 - Anything else Celery raises while taking the message in becomes ``InvalidTaskError``
   (never a dead worker); connection errors go on to Celery, which reconnects.
 
@@ -31,9 +34,7 @@ Each refusal is a log line (``task.poison``) and ``decisions_poison_total{reason
 
 from __future__ import annotations
 
-import base64
 import json
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -46,27 +47,20 @@ from kombu.exceptions import ContentDisallowed, DecodeError
 from kombu.transport import redis as redis_transport
 from kombu.utils import json as kombu_json
 
-from shared import strict_json
+from shared import json_measure, strict_json
 from shared.errors import FieldProblem
-from shared.keys import CELERY_QUEUE, RUN_JOBS_TASK
 from shared.limits import Limits, current_limits, job_problems, refused_job
 from shared.settings import get_settings
 from worker.observability.metrics.families import families
+from worker.process.envelopes import POISON_HEADER, envelope_loads, poison_reason
 
 __all__ = [
     "ETA_SLACK_S",
     "MAX_RETRY_COUNT",
-    "POISON_HEADER",
     "POISON_REASONS",
-    "POISON_REASON_HEADER",
-    "checked_envelope",
     "checked_strategy",
     "contain",
-    "envelope_loads",
-    "envelope_problem",
     "malformed",
-    "poison_envelope",
-    "poison_reason",
     "unscheduled",
     "use_strict_json",
 ]
@@ -84,13 +78,6 @@ POISON_REASONS: Final = (
     "unreadable_envelope",
     "oversize_message",
 )
-#: The header of a poison envelope: what made the envelope it stands for unreadable.
-POISON_HEADER: Final = "x-decisions-unreadable-envelope"
-#: ... and its ``reason`` label, one of ``_ENVELOPE_REASONS`` (``poison_reason``).
-POISON_REASON_HEADER: Final = "x-decisions-poison-reason"
-#: What a poison envelope may stand for: an envelope kombu could not take in, or an item
-#: over ``max_message_bytes`` that nothing decoded (``worker.process.broker``).
-_ENVELOPE_REASONS: Final = frozenset({"unreadable_envelope", "oversize_message"})
 #: Headers are Celery's own few fields: far below this.
 MAX_HEADER_BYTES: Final = 64 * 1024
 
@@ -103,121 +90,12 @@ def use_strict_json() -> None:
     any strategy runs: an envelope pushed by hand with headers 3,000 levels deep raised
     ``RecursionError`` there, an "Unrecoverable error" that stopped the worker. Its ``loads``
     is replaced by one that reads such an envelope with the deep values cut out
-    (``strict_json.clip_deep``); the guard then drops the message for its headers. An
-    envelope kombu or Celery cannot take in at all is replaced too (``envelope_problem``).
+    (``worker.process.envelopes.envelope_loads``); the guard then drops the message for its
+    headers. An envelope kombu or Celery cannot take in at all is replaced too, by a poison
+    envelope (``worker.process.envelopes``).
     """
     serialization.register("json", kombu_json.dumps, strict_json.loads, "application/json", "utf-8")
     redis_transport.loads = envelope_loads  # type: ignore[assignment]
-
-
-def envelope_loads(data: Any, *args: Any, **kwargs: Any) -> Any:
-    """``kombu.utils.json.loads``, reading text too deep for the parser around its depths,
-    and standing a poison envelope (``poison_envelope``) for one nobody could take in."""
-    try:
-        try:
-            envelope = kombu_json.loads(data, *args, **kwargs)
-        except RecursionError:
-            text = data if isinstance(data, str) else bytes(data).decode("utf-8", "replace")
-            envelope = kombu_json.loads(strict_json.clip_deep(text), *args, **kwargs)
-    except ValueError as exc:  # only a list item can be this: kombu writes its own hash
-        return poison_envelope(f"envelope: not JSON: {exc}")
-    # Not checked here: kombu reads its unacked hash (a list, not an envelope) through this
-    # too. The transport's delivery checks what it is handed (``checked_envelope``).
-    return envelope
-
-
-def checked_envelope(envelope: Any) -> Any:
-    """``envelope`` itself, or a poison envelope standing for it when kombu or Celery could
-    not take it in (``envelope_problem``): what ``worker.process.broker`` delivers."""
-    problem = envelope_problem(envelope)
-    return envelope if problem is None else poison_envelope(f"envelope: {problem}")
-
-
-def envelope_problem(envelope: Any) -> str | None:
-    """What in a Redis transport envelope kombu or Celery would raise on outside any handler,
-    or None. Seen, each pushed by hand onto the queue: ``42``, a body that is not base64, a
-    ``task`` header that is a list. Each raised in the consumer's loop, an "Unrecoverable
-    error" that stopped the worker; a message it had taken went back to the queue and stopped
-    the next one. Pidbox messages (no ``task`` header) read the same way and pass."""
-    if not isinstance(envelope, dict):
-        return f"a JSON {type(envelope).__name__}, not an object"
-    properties = envelope.get("properties")
-    if not isinstance(properties, dict) or not isinstance(properties.get("delivery_tag"), str):
-        return "no properties with a delivery tag"
-    info = properties.get("delivery_info")
-    if not isinstance(info, dict) or not {"exchange", "routing_key"} <= info.keys():
-        # kombu's delivery reads both: a KeyError there reconnected the consumer over and over.
-        return "no delivery_info with an exchange and a routing key"
-    body = envelope.get("body")
-    if not isinstance(body, str):  # None: Celery's own error report raised on its len()
-        return "the body is not text"
-    if body:
-        encoding = properties.get("body_encoding")
-        if encoding not in (None, "base64"):
-            return f"unknown body encoding {str(encoding)[:40]!r}"
-        if encoding == "base64":
-            try:
-                base64.b64decode(body, validate=True)  # kombu's own is strict base64
-            except ValueError:
-                return "the body is not base64"
-    for name in ("content-type", "content-encoding"):
-        if not isinstance(envelope.get(name), str | None):
-            return f"{name} is not text"
-    headers = envelope.get("headers")
-    if headers and not isinstance(headers, dict):
-        return "the headers are not an object"
-    if isinstance(headers, dict) and headers.get("compression"):
-        # No producer of ours compresses; kombu would inflate it here without a bound.
-        return "a compressed body"
-    if isinstance(headers, dict) and "task" in headers and not isinstance(headers["task"], str):
-        return "the task header is not a name"
-    if isinstance(headers, dict) and "task" not in headers and body:
-        # No task header: Celery reads the body as protocol 1 and looks its "task" up.
-        return _v1_task_problem(body, properties.get("body_encoding"))
-    return None
-
-
-def _v1_task_problem(body: str, encoding: Any) -> str | None:
-    try:
-        raw = base64.b64decode(body) if encoding == "base64" else body
-        decoded = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None  # Celery's own decode fails and it drops the message
-    if isinstance(decoded, dict) and "task" in decoded and not isinstance(decoded["task"], str):
-        return "the body's task is not a name"
-    return None
-
-
-def poison_envelope(problem: str, reason: str = "unreadable_envelope") -> dict[str, Any]:
-    """An envelope kombu takes in and the guard drops (a log line, a metric by ``reason``),
-    standing for one that could not be read: acknowledged like any dropped message, so it
-    stops nobody."""
-    tag = str(uuid.uuid4())
-    return {
-        "body": "",
-        "content-type": "application/x-decisions-poison",
-        "content-encoding": "binary",
-        "headers": {
-            "task": RUN_JOBS_TASK,
-            "id": tag,
-            POISON_HEADER: problem[:300],
-            POISON_REASON_HEADER: reason,
-        },
-        "properties": {
-            "delivery_tag": tag,
-            "delivery_info": {"exchange": "", "routing_key": CELERY_QUEUE},
-            "body_encoding": "base64",
-            "priority": 0,
-        },
-    }
-
-
-def poison_reason(headers: Any) -> str:
-    """The ``reason`` of a poison envelope's headers: the one it names when a poison envelope
-    may stand for it, else ``unreadable_envelope`` (an envelope pushed by hand with our
-    header names what it likes; the metric's labels stay a fixed set)."""
-    named = headers.get(POISON_REASON_HEADER) if isinstance(headers, dict) else None
-    return named if isinstance(named, str) and named in _ENVELOPE_REASONS else "unreadable_envelope"
 
 
 def malformed(message: Any) -> str | None:
@@ -329,7 +207,7 @@ def contain(
     (``unscheduled``), which refuse each of its jobs."""
     args, kwargs, embed = payload
     rest = [args, embed, {k: v for k, v in kwargs.items() if k != "jobs"}]
-    found = strict_json.measure(rest, max_depth=limits.depth, max_bytes=limits.job_bytes)
+    found = json_measure.measure(rest, max_depth=limits.depth, max_bytes=limits.job_bytes)
     if found.problem is not None:
         return f"arguments: {found.problem[1]}", 0
     if "jobs" not in kwargs:
@@ -377,7 +255,7 @@ def checked_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Calla
             raise
         problem = malformed(message)
         if problem is None:
-            headers = strict_json.measure(
+            headers = json_measure.measure(
                 dict(message.headers), max_depth=limits.depth, max_bytes=MAX_HEADER_BYTES
             )
             if headers.problem is not None:

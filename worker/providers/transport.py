@@ -86,13 +86,12 @@ from worker.providers.outbound import (
     parse_retry_after,
     read_key,
 )
+from worker.providers.statuses import answered
 
 __all__ = ["send_never_replay", "was_cancelled"]
 
 logger = logging.getLogger(__name__)
 
-#: Redirect statuses: a decision API answering one did not process the POST (wrong base URL).
-_REDIRECT_NOT_PROCESSED = frozenset({301, 302, 307, 308})
 #: What is read of an error response's body (``error_details`` looks into it).
 ERROR_BODY_BYTES = 64 * 1024
 #: How much longer than httpx's per-phase timeout the whole attempt may take.
@@ -314,36 +313,16 @@ class _Call:
         if status == 429:
             await self._rate_limited(response, body)
             return None
-        if status == 408 or status >= 500:
-            raise self.error(
-                "outcome_unknown",
-                f"status {status}: the provider may have processed the request",
-                status_code=status,
-                with_cost=True,
-            )
-        miss = replay_miss(response.headers, self.key)
+        verdict = answered(status)
+        miss = replay_miss(response.headers, self.key) if verdict.replay_miss else None
         if miss is not None:
             raise self.error("invalid_request", miss, status_code=status)
-        details = self._details(response, body)
-        if status in (401, 403):
-            raise self.error(
-                "auth", f"status {status}: the key was refused", status_code=status,
-                details=details,
-            )
-        if status in _REDIRECT_NOT_PROCESSED:
-            raise self.error(
-                "configuration",
-                f"status {status}: redirected, the request was not processed; check the base URL",
-                status_code=status,
-            )
-        if 400 <= status < 500:
-            raise self.error(
-                "invalid_request", f"status {status}: the provider refused the request",
-                status_code=status, details=details,
-            )
-        # 1xx that httpx surfaced or a 3xx that may mean "processed, look elsewhere" (303).
         raise self.error(
-            "outcome_unknown", f"unexpected status {status}", status_code=status, with_cost=True
+            verdict.code,
+            verdict.message,
+            status_code=status,
+            details=self._details(response, body) if verdict.details else None,
+            with_cost=verdict.with_cost,
         )
 
     def _details(self, response: httpx.Response, body: bytes) -> ErrorDetails | None:
