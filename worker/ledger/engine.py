@@ -30,7 +30,7 @@ from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from shared.errors import LedgerError
-from worker.ledger.errors import LedgerUnavailable, NotADatabase, TablesMissing
+from worker.ledger.errors import LedgerUnavailable, NotADatabase, OverServerLimit, TablesMissing
 
 __all__ = [
     "PG_MAX_OVERFLOW",
@@ -57,11 +57,23 @@ _NOT_SQLITE: Final = ("file is not a database", "file is encrypted or is not a d
 #: an outage to wait out, whatever DB-API class the driver files them under. psycopg makes
 #: class 25 an ``InternalError``, so a read-only server (a failover to a demoted primary, a
 #: managed database protecting a full disk: 25006) or a session the server timed out (25P03,
-#: 25P04) read as bugs, and paid answers were dropped instead of held until written.
-_OUTAGE_SQLSTATES: Final = frozenset({"25006", "25P03", "25P04"})
+#: 25P04) read as bugs, and paid answers were dropped instead of held until written. 55P03:
+#: a lock not granted within a ``lock_timeout`` an operator set (on the role, the database):
+#: the other holder ends, and the same statement goes through.
+_OUTAGE_SQLSTATES: Final = frozenset({"25006", "25P03", "25P04", "55P03"})
 #: Whole classes: 08 connection exception, 53 insufficient resources (disk full, out of
 #: memory, too many connections), 57 operator intervention (shutdown, cannot connect now).
 _OUTAGE_CLASSES: Final = ("08", "53", "57")
+#: Class 54, program limit exceeded, by condition name (PostgreSQL's errcodes.txt). psycopg
+#: files it under ``OperationalError``, which read as an outage: retried for ever, answers
+#: held, "start the database". The server is up; the statement is what it refuses.
+_OVER_LIMIT_CLASS: Final = "54"
+_OVER_LIMIT_NAMES: Final = {
+    "54000": "program_limit_exceeded",
+    "54001": "statement_too_complex",
+    "54011": "too_many_columns",
+    "54023": "too_many_arguments",
+}
 
 
 def describe_url(url: str | URL) -> str:
@@ -118,8 +130,10 @@ def _sqlite_engine(url: URL, *, busy_timeout_s: float, echo: bool) -> Engine:
 def translate_error(error: exc.SQLAlchemyError, url: str | URL) -> LedgerError | None:
     """The ``LedgerError`` a database error means, or None for errors that are bugs: the
     database cannot be reached or will not take writes now (``LedgerUnavailable``: read-only,
-    out of disk or connections, shutting down, the session ended), has no ledger tables
-    (``TablesMissing``), or is a file that is not a SQLite database (``NotADatabase``).
+    out of disk or connections, shutting down, the session ended, a lock not granted in
+    time), has no ledger tables (``TablesMissing``), refused a statement past one of its
+    limits (``OverServerLimit``), or is a file that is not a SQLite database
+    (``NotADatabase``).
 
     The message names the URL without its password and the driver's own first line, from
     which any password is scrubbed too (drivers sometimes echo connection strings).
@@ -139,6 +153,15 @@ def translate_error(error: exc.SQLAlchemyError, url: str | URL) -> LedgerError |
     detail = _driver_detail(error, url)
     if _missing_table(error):
         return TablesMissing(f"ledger tables are missing ({detail}): run `decisions migrate`")
+    sqlstate = _sqlstate(error)
+    if sqlstate is not None and sqlstate.startswith(_OVER_LIMIT_CLASS):
+        # Before the driver's class below: psycopg makes these OperationalErrors.
+        name = _OVER_LIMIT_NAMES.get(sqlstate, "program_limit_exceeded")
+        return OverServerLimit(
+            f"the ledger at {describe_url(url)} refused a statement past one of its limits "
+            f"(SQLSTATE {sqlstate} {name}): {detail}; not retried, as the same statement "
+            "meets the same limit: report it with this line"
+        )
     if (
         isinstance(error, exc.OperationalError | exc.InterfaceError)
         or error.connection_invalidated
@@ -148,12 +171,17 @@ def translate_error(error: exc.SQLAlchemyError, url: str | URL) -> LedgerError |
     return None
 
 
+def _sqlstate(error: exc.DBAPIError) -> str | None:
+    sqlstate = getattr(error.orig, "sqlstate", None)
+    return sqlstate if isinstance(sqlstate, str) else None
+
+
 def _server_outage(error: exc.DBAPIError) -> bool:
     # By SQLSTATE, not by the driver's class: psycopg files some outages under InternalError.
     # SQLite needs no entry: its read-only file, full disk, I/O error and lock all arrive as
     # OperationalError (and out of memory as Python's MemoryError, not a database error).
-    sqlstate = getattr(error.orig, "sqlstate", None)
-    if not isinstance(sqlstate, str):
+    sqlstate = _sqlstate(error)
+    if sqlstate is None:
         return False
     return sqlstate in _OUTAGE_SQLSTATES or sqlstate.startswith(_OUTAGE_CLASSES)
 

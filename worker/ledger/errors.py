@@ -9,6 +9,8 @@ All stay inside the one exception tree: ``except LedgerError`` still catches the
     │                       SchemaBehind too: `decisions migrate`, or a restore of the rows)
     ├── NotADatabase        the ledger URL names a file that is not SQLite's (and a
     │                       ConfigurationError: the setting must change, no retry mends it)
+    ├── OverServerLimit     PostgreSQL refused a statement past one of its program limits
+    │                       (SQLSTATE class 54): the same statement meets it again
     ├── ClaimLost           an outcome for a call that is no longer claimed (not written)
     ├── JobFinished         a claim for a job whose terminal message is stored (not claimed)
     ├── OverBudget          a claim whose worst case does not fit a budget (not claimed)
@@ -21,6 +23,8 @@ rows, which a retry of the same step will not change.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from shared.errors import ConfigurationError, LedgerError, SchemaBehind
 from worker.ledger.rows import BudgetRefusal, CallRow, JobRow
 
@@ -32,6 +36,7 @@ __all__ = [
     "LedgerUnavailable",
     "NotADatabase",
     "OverBudget",
+    "OverServerLimit",
     "TablesMissing",
 ]
 
@@ -57,6 +62,21 @@ class NotADatabase(LedgerError, ConfigurationError):
 
     A ``ConfigurationError`` too: no retry mends it, the setting is what must change, so
     commands refuse with their usage status and a worker does not start."""
+
+
+class OverServerLimit(LedgerError):
+    """PostgreSQL refused a statement past one of its program limits (SQLSTATE class 54:
+    54001 statement too complex or the stack depth limit, 54011 too many columns, 54023 too
+    many arguments, 54000 an index row or value too large, ...).
+
+    No outage: the server is up and answered, and the same statement meets the same limit on
+    every try, so it is not retried (a ``LedgerUnavailable`` retried it for ever, holding
+    answers and saying "unavailable"). Nothing was committed by it.
+
+    Its message says all an operator needs: a worker logs its failed task without a
+    traceback (``worker.process.logs.SAYS_ITSELF``)."""
+
+    says_itself: ClassVar[bool] = True
 
 
 class CallNotFound(LedgerError):

@@ -21,9 +21,11 @@ from typing import Any, Literal, TextIO
 import structlog
 
 __all__ = [
+    "SAYS_ITSELF",
     "LogFormat",
     "OmitMessageContents",
     "RemoteControlErrors",
+    "SelfExplainedFailures",
     "add_process",
     "configure_logging",
     "is_configured",
@@ -132,6 +134,31 @@ class RemoteControlErrors(logging.Filter):
 #: The loggers Celery's remote control reports a command's failure on.
 _CONTROL_LOGGERS = ("kombu.pidbox", "celery.worker.control")
 
+#: The class attribute of an exception whose message says all an operator needs (what was
+#: refused, by what, and that no retry mends it): its failed task's line needs no traceback.
+#: An attribute, not a class list, so this module imports none of the project.
+SAYS_ITSELF = "says_itself"
+
+
+class SelfExplainedFailures(logging.Filter):
+    """Celery logs a task that failed at ERROR with the traceback of the exception. For one
+    that says itself (``SAYS_ITSELF``: a ledger statement past a server limit, say) the line
+    stays, naming the exception and its message; the traceback goes, unless the worker logs
+    at DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if getattr(error, SAYS_ITSELF, False) is True and not logging.getLogger(
+            record.name
+        ).isEnabledFor(logging.DEBUG):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+#: The logger Celery reports a task's failure on.
+_TASK_TRACE_LOGGER = "celery.app.trace"
+
 
 def is_configured() -> bool:
     """Whether ``configure_logging`` ran in this process (a later Celery setup keeps it)."""
@@ -198,6 +225,9 @@ def configure_logging(level: str | int = "INFO", fmt: LogFormat = "auto") -> Non
         control = logging.getLogger(name)
         if not any(isinstance(f, RemoteControlErrors) for f in control.filters):
             control.addFilter(RemoteControlErrors())
+    trace = logging.getLogger(_TASK_TRACE_LOGGER)
+    if not any(isinstance(f, SelfExplainedFailures) for f in trace.filters):
+        trace.addFilter(SelfExplainedFailures())
     # No line shows where a call was made from, so never look it up (the logging HOWTO's
     # "Optimization": a frame walk per record otherwise).
     logging._srcfile = None
