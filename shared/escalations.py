@@ -128,7 +128,7 @@ class EscalationQueue:
         self._resolve = client.register_script(_RESOLVE)
 
     # --- reading -----------------------------------------------------------------------
-    def _sync(self) -> None:
+    def sync(self) -> None:
         """Create the group if needed and hand every new entry to the queue consumer."""
         try:
             self.redis.xgroup_create(self.stream, self.group, id="0", mkstream=True)
@@ -144,7 +144,7 @@ class EscalationQueue:
 
     def open(self, *, reason: str | None = None, batch: str | None = None) -> list[OpenEscalation]:
         """Every open escalation, oldest first, optionally of one reason or batch."""
-        self._sync()
+        self.sync()
         pending: Any = self.redis.xpending_range(self.stream, self.group, "-", "+", 1_000_000)
         return self._entries(pending, reason, batch)
 
@@ -153,7 +153,7 @@ class EscalationQueue:
     ) -> Iterator[list[OpenEscalation]]:
         """The open escalations a page at a time, oldest first: a claim stops at the first it
         takes instead of reading the whole queue (which made resolving N entries take N^2)."""
-        self._sync()
+        self.sync()
         low = "-"
         while True:
             pending: Any = self.redis.xpending_range(self.stream, self.group, low, "+", size)
@@ -220,7 +220,7 @@ class EscalationQueue:
         return [item for item, done in zip(found, resolved, strict=True) if not done]
 
     def get(self, entry_id: str) -> OpenEscalation:
-        self._sync()
+        self.sync()
         try:
             pending: Any = self.redis.xpending_range(self.stream, self.group, entry_id, entry_id, 1)
             found = self._entries(pending, None, None)

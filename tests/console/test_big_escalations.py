@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from shared import keys
+from shared.escalation_listing import PAGE_ROWS, list_open
 from shared.escalations import EscalationQueue
 from shared.streams import read_stream
 from tests.console.server import Visitor, console_env, console_server
@@ -26,7 +27,6 @@ from tests.console.support import (
 )
 from tests.support.services import redis_database
 from worker.console.decide_form import PAGE_SIZE
-from worker.console.listing import PAGE_ROWS, list_open
 from worker.ledger import Ledger
 
 pytestmark = pytest.mark.integration

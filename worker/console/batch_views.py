@@ -11,11 +11,11 @@ from starlette.responses import Response
 
 from shared.audit import batch_audit
 from shared.errors import LedgerError
+from shared.escalation_listing import list_open
 from shared.submit_rejections import submit_rejections
 from worker.console.auth import Login
 from worker.console.chart import progress_chart
 from worker.console.figures import batch_report, list_batches
-from worker.console.listing import list_open
 from worker.console.web import page, render, state_of
 
 __all__ = ["batch_detail", "batch_list"]

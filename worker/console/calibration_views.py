@@ -16,10 +16,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from shared.errors import LedgerError
+from shared.escalation_listing import list_open
 from shared.labels import AUDIT_REASON
 from worker.calibration import group_reports, store_label_stream
 from worker.console.auth import Login
-from worker.console.listing import list_open
 from worker.console.reliability import reliability_diagram
 from worker.console.web import page, render, state_of
 from worker.ledger.label_ops import LabelFilter

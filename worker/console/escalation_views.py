@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from shared.errors import EscalationNotFound, FieldProblem, PublishFailed, ResolutionInvalid
+from shared.escalation_listing import find_open, list_open
 from shared.escalations import OpenEscalation
 from shared.replies import EscalationReason
 from worker.console.auth import Login
@@ -35,7 +36,6 @@ from worker.console.decide_form import (
     paged,
     uses_bulk,
 )
-from worker.console.listing import find_open, list_open
 from worker.console.menu_form import MenuChoice, menu_answer, menu_choices
 from worker.console.state_view import pretty_json, state_images
 from worker.console.web import Form, action, flash, page, redirect, render, state_of

@@ -1,9 +1,11 @@
-"""Reading the open escalations for the pages, entry by entry, reporting those that do not parse.
+"""Reading the open escalations a page at a time, entry by entry, reporting those that do not
+parse: what the console's pages and ``decisions escalations list`` show.
 
 The pages read through the queue's own Redis stream and group, as ``EscalationQueue.open``
 does, but each entry on its own: one that does not parse (a field a newer version adds, a
 damaged message), whose ``reply_to`` is not a stream name (the queue skips it: it could never
-be claimed) or whose questions no form can be built of (``decide_form.questions_readable``)
+be claimed) or whose questions cannot be read (``shared.resolutions.questions_problem``: no
+answer could be checked against them, and the console could build no form of them)
 is listed as unreadable, by id, instead of failing the page for every reviewer, and the
 detail page reads its one entry instead of parsing every open one (a 10,000-item sift
 escalation is megabytes of JSON). Claims, releases and resolutions still go through
@@ -13,7 +15,11 @@ A list is a page (``list_open``): at most ``PAGE_ROWS`` rows, from at most ``SCA
 entries or ``MAX_READ_BYTES`` of them read, after a given entry, with where the next page
 starts. Found by an attack: every view read every open entry's body, 20,000 of them took 4
 to 8 s and 9.5 MB of HTML, and four views at once 24 s each and 1.9 GB, a read-only login
-being enough.
+being enough. ``decisions escalations list`` read every open entry the same way on each
+call; it pages with these too (``--after``).
+
+Here, beside ``EscalationQueue`` (``shared.escalations``), rather than in the console: the
+console and the CLI both list, and what is listed must be the same for both.
 """
 
 from __future__ import annotations
@@ -21,13 +27,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
 from pydantic import ValidationError
 
 from shared import keys
 from shared.escalations import QUEUE_CONSUMER, EscalationQueue, OpenEscalation
 from shared.replies import EscalationMessage, parse_reply
-from worker.console.decide_form import questions_readable
+from shared.resolutions import questions_problem
 
 __all__ = ["MAX_READ_BYTES", "PAGE_ROWS", "SCAN_LIMIT", "Listing", "find_open", "list_open"]
 
@@ -65,7 +70,7 @@ def list_open(
     """A page of the open escalations, oldest first, after the entry ``after`` (optionally
     of one reason or batch): up to ``limit`` of them, from what ``SCAN_LIMIT`` and
     ``MAX_READ_BYTES`` let one page read."""
-    _sync(queue)
+    queue.sync()
     summary: Any = queue.redis.xpending(queue.stream, queue.group)
     items: list[OpenEscalation] = []
     unreadable: list[str] = []
@@ -116,29 +121,13 @@ def _size(rows: Any) -> int:
 
 def find_open(queue: EscalationQueue, entry_id: str) -> OpenEscalation | None:
     """The open escalation ``entry_id``; None if it is not open or cannot be read."""
-    _sync(queue)
+    queue.sync()
     pending: Any = queue.redis.xpending_range(queue.stream, queue.group, entry_id, entry_id, 1)
     if not pending:
         return None
     rows: Any = queue.redis.xrange(queue.stream, min=entry_id, max=entry_id)
     found = _entry(pending[0], rows)
     return found if isinstance(found, OpenEscalation) else None
-
-
-def _sync(queue: EscalationQueue) -> None:
-    """Create the group if needed and hand every new entry to the queue consumer (as the
-    queue itself does before it reads)."""
-    try:
-        queue.redis.xgroup_create(queue.stream, queue.group, id="0", mkstream=True)
-    except redis.ResponseError as exc:
-        if "BUSYGROUP" not in str(exc):
-            raise
-    while True:
-        got: Any = queue.redis.xreadgroup(
-            queue.group, QUEUE_CONSUMER, {queue.stream: ">"}, count=1000
-        )
-        if not got or not got[0][1]:
-            return
 
 
 def _entry(pending: Any, rows: Any) -> OpenEscalation | str | None:
@@ -158,7 +147,7 @@ def _entry(pending: Any, rows: Any) -> OpenEscalation | str | None:
     # and a decide form cannot be built of questions of another shape.
     if not keys.is_reply_name(reply_to):
         return entry_id
-    if message.kind != "menu" and not questions_readable(message):
+    if message.kind != "menu" and questions_problem(message) is not None:
         return entry_id
     holder = _text(pending["consumer"])
     return OpenEscalation(
