@@ -33,6 +33,18 @@ def slow(order_id: str, seconds: float) -> dict[str, Any]:
     return {"refunded": order_id, "after_s": seconds}
 
 
+@handler("t_live_stubborn")
+def stubborn(order_id: str, seconds: float) -> dict[str, Any]:
+    """Refund an order slowly, and refund it anyway whatever stops the wait."""
+    try:
+        time.sleep(seconds)
+        _ran("t_live_stubborn", order_id=order_id, when="after the wait")
+    except BaseException:
+        _ran("t_live_stubborn", order_id=order_id, when="stopped")
+        raise
+    return {"refunded": order_id}
+
+
 @handler("t_live_exit")
 def exits(code: int) -> None:
     """Leave the way a badly written script does."""
