@@ -132,7 +132,11 @@ def set_budget(
     """Set a batch's budget: raise it while it runs, or lower it (a request already sent is
     never cancelled; later ones that do not fit are not sent)."""
     value = parse_usd(usd)
-    _show(_ledger().set_budget(batch, value), batch, as_json)
+    _show(_ledger().set_budget(batch, value, warn=_warn), batch, as_json)
+
+
+def _warn(line: str) -> None:
+    err_console.print(line, highlight=False, markup=False)
 
 
 @budget_app.command("show")

@@ -10,23 +10,47 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, literal, not_, select, update
 from sqlalchemy.engine import Connection
 
 from worker.ledger.models import calls, jobs
 from worker.ledger.rows import SENT_STATUSES
 
-__all__ = ["DAY_PREFIX", "bring_in_flight", "day_calls", "spent_so_far", "spent_that_day"]
+__all__ = [
+    "DAY_PREFIX",
+    "batch_calls",
+    "bring_in_flight",
+    "day_calls",
+    "not_under",
+    "spent_so_far",
+    "spent_that_day",
+]
 
 #: A provider's daily ceiling's scope begins so (``day:faux:2026-12-05``).
 DAY_PREFIX: Final = "day:"
 
-def spent_so_far(conn: Connection, batch: str) -> float:
-    """Known costs a batch booked before its budget existed (counted in from the start)."""
+
+def batch_calls(batch: str) -> Any:
+    """The calls of a batch's jobs (through the jobs' batch index, not a scan of calls)."""
+    return calls.c.job_id.in_(select(jobs.c.job_id).where(jobs.c.batch == batch))
+
+
+def not_under(scope: str) -> Any:
+    """Calls not brought or reserved under ``scope`` (not one of their scopes)."""
+    padded = literal(" ") + func.coalesce(calls.c.budget_scopes, "") + literal(" ")
+    return not_(padded.contains(f" {scope} ", autoescape=True))
+
+
+def spent_so_far(conn: Connection, batch: str, *, outside: str | None = None) -> float:
+    """Known costs a batch booked before its budget existed (counted in from the start);
+    ``outside``: only of calls not under that scope."""
+    which = (jobs.c.batch == batch) & calls.c.status.in_(sorted(SENT_STATUSES))
+    if outside is not None:
+        which = which & not_under(outside)
     stmt = (
         select(func.coalesce(func.sum(calls.c.cost_usd), 0.0))
         .join(jobs, jobs.c.job_id == calls.c.job_id)
-        .where((jobs.c.batch == batch) & calls.c.status.in_(sorted(SENT_STATUSES)))
+        .where(which)
     )
     return float(conn.execute(stmt).scalar_one())
 

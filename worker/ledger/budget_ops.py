@@ -39,13 +39,14 @@ from sqlalchemy.engine import Connection
 from shared.prices import BUDGET_SLACK_USD
 from worker.ledger.budget_counts import (
     DAY_PREFIX,
+    batch_calls,
     bring_in_flight,
     day_calls,
     spent_so_far,
     spent_that_day,
 )
 from worker.ledger.errors import OverBudget
-from worker.ledger.models import budgets, calls, jobs
+from worker.ledger.models import budgets, jobs
 from worker.ledger.rows import BudgetAsk, BudgetRefusal, CallRow, JobRow
 from worker.ledger.sql import insert_if_absent
 
@@ -54,6 +55,7 @@ __all__ = [
     "DAY_PREFIX",
     "EXHAUSTED",
     "Reservation",
+    "adjust",
     "applies",
     "batch_scope",
     "budgeted_batches",
@@ -146,13 +148,19 @@ def read_budget(conn: Connection, scope: str) -> Any:
     return conn.execute(_READ, {"b_scope": scope}).first()
 
 
+def adjust(conn: Connection, scope: str, amount: float, now: datetime) -> None:
+    """Add ``amount`` to what the budget holds (a count made outside a claim or a settle)."""
+    conn.execute(_ADJUST, {"b_scope": scope, "b_amount": amount, "b_now": now})
+
+
 def _ensure(
     conn: Connection, scope: str, limit: float, now: datetime, *, batch: str | None
-) -> None:
+) -> float | None:
     """Create the budget if it is not there, counting what was booked before it: a batch's
-    by its batch, a day's by its provider that day."""
+    by its batch, a day's by its provider that day. What it counted as spent (settled
+    calls), if it made the budget; None if it was there."""
     if read_budget(conn, scope) is not None:
-        return
+        return None
     made = insert_if_absent(
         conn, budgets, {"scope": scope, "limit_usd": limit, "committed_usd": 0.0, "updated_at": now}
     )
@@ -161,27 +169,29 @@ def _ensure(
         # maker counts: found by a fresh-clone CI run, where the loser of this race brought
         # the winner's reserved call in flight under the budget a second time, and its
         # settlement moved the budget twice.
-        return
-    committed = 0.0
+        return None
+    spent = flying = 0.0
     if batch is not None:
-        committed = spent_so_far(conn, batch)
-        which = calls.c.job_id.in_(select(jobs.c.job_id).where(jobs.c.batch == batch))
-        committed += bring_in_flight(conn, scope, which)
+        spent = spent_so_far(conn, batch)
+        flying = bring_in_flight(conn, scope, batch_calls(batch))
     elif scope.startswith(DAY_PREFIX):
-        committed = spent_that_day(conn, scope)
+        spent = spent_that_day(conn, scope)
         day = day_calls(scope)
         if day is not None:
-            committed += bring_in_flight(conn, scope, day)
-    if committed:
-        conn.execute(_ADJUST, {"b_scope": scope, "b_amount": committed, "b_now": now})
+            flying = bring_in_flight(conn, scope, day)
+    if spent + flying:
+        adjust(conn, scope, spent + flying, now)
+    return spent
 
 
-def set_limit(conn: Connection, scope: str, limit: float, now: datetime) -> None:
+def set_limit(conn: Connection, scope: str, limit: float, now: datetime) -> float | None:
     """Set a budget's limit (created if absent). Lowering it cancels nothing already sent:
-    it only refuses later claims."""
+    it only refuses later claims. If it made the budget: what it counted as spent before
+    (``budget_late`` needs it on PostgreSQL); else None."""
     batch = scope[len(BATCH_PREFIX) :] if scope.startswith(BATCH_PREFIX) else None
-    _ensure(conn, scope, limit, now, batch=batch)
+    spent = _ensure(conn, scope, limit, now, batch=batch)
     conn.execute(_SET_LIMIT, {"b_scope": scope, "b_limit": limit, "b_now": now})
+    return spent
 
 
 _BATCH_BUDGETS = select(budgets.c.scope).where(

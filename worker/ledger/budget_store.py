@@ -8,13 +8,26 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime
 
+import structlog
 from sqlalchemy.engine import Connection
 
 from worker.ledger import budget_ops
+from worker.ledger.budget_late import (
+    LATE_CLAIMS_WAIT_S,
+    count_late_claims,
+    uncounted_warning,
+    wait_for_older,
+)
 from worker.ledger.budget_report import budget_status, live_budgets
 from worker.ledger.rows import BudgetStatus, JobRow
 
 __all__ = ["BudgetMethods"]
+
+log = structlog.get_logger("decisions.budgets")
+
+
+def _logged(line: str) -> None:
+    log.warning("budget.late_claims_uncounted", message=line)
 
 
 class BudgetMethods:
@@ -26,12 +39,31 @@ class BudgetMethods:
     def now(self) -> datetime:
         raise NotImplementedError
 
-    def set_budget(self, batch: str, usd: float) -> BudgetStatus:
+    def set_budget(
+        self,
+        batch: str,
+        usd: float,
+        *,
+        wait_s: float = LATE_CLAIMS_WAIT_S,
+        warn: Callable[[str], None] | None = None,
+    ) -> BudgetStatus:
         """Set the batch's budget (raise or lower it; lowering cancels nothing already sent,
-        it only refuses later requests); its figures after."""
+        it only refuses later requests); its figures after.
+
+        Made now on PostgreSQL, it also counts the claims that read "no budget" before and
+        committed after (``budget_late``), waiting up to ``wait_s`` for them; sessions still
+        in a transaction then are named in one line to ``warn`` (else logged)."""
         scope = budget_ops.batch_scope(batch)
         with self.transaction() as conn:
-            budget_ops.set_limit(conn, scope, usd, self.now())
+            spent = budget_ops.set_limit(conn, scope, usd, self.now())
+            serial = conn.dialect.name == "sqlite"  # no claim reads between its writes
+        if spent is not None and not serial:
+            pids = wait_for_older(self.transaction, wait_s)
+            if pids:
+                (warn or _logged)(uncounted_warning(batch, pids, wait_s))
+            with self.transaction() as conn:
+                count_late_claims(conn, batch, spent, self.now())
+        with self.transaction(read_only=True) as conn:
             found = budget_status(conn, scope)
         assert found is not None
         return found
