@@ -30,6 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from shared import keys
+from shared.escalation_unreadable import note_unreadable
 from shared.escalations import QUEUE_CONSUMER, EscalationQueue, OpenEscalation
 from shared.replies import EscalationMessage, parse_reply
 from shared.resolutions import questions_problem
@@ -97,6 +98,8 @@ def list_open(
                 items.append(found)
             if len(items) >= limit or scanned >= SCAN_LIMIT or read >= MAX_READ_BYTES:
                 break
+    # The gauge counts these apart from the waiting ones (no scrape reads the bodies).
+    note_unreadable(queue.redis, queue.stream, queue.group, unreadable)
     more = last is not None and bool(
         queue.redis.xpending_range(queue.stream, queue.group, f"({last}", "+", 1)
     )
@@ -127,6 +130,8 @@ def find_open(queue: EscalationQueue, entry_id: str) -> OpenEscalation | None:
         return None
     rows: Any = queue.redis.xrange(queue.stream, min=entry_id, max=entry_id)
     found = _entry(pending[0], rows)
+    if isinstance(found, str):
+        note_unreadable(queue.redis, queue.stream, queue.group, [found])
     return found if isinstance(found, OpenEscalation) else None
 
 

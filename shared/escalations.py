@@ -31,6 +31,7 @@ import redis
 from shared import audit, keys
 from shared.errors import AlreadyResolved, EscalationNotFound, PublishFailed
 from shared.escalation_entries import OpenEscalation, SkipReporter, decode_entry
+from shared.escalation_unreadable import forget_unreadable, note_unreadable
 from shared.labels import AUDIT_REASON, encode, labels_of
 from shared.replies import ResolutionMessage
 from shared.resolutions import MenuAnswerChecker, check_resolution
@@ -175,12 +176,18 @@ class EscalationQueue:
         bodies: list[Any] = pipe.execute()
         found = []
         gone = []
+        skipped: list[str] = []
+
+        def skip(entry_id: str, why: str) -> None:
+            skipped.append(entry_id)
+            self.on_skip(entry_id, why)
+
         for item, rows in zip(pending, bodies, strict=True):
             entry_id = _text(item["message_id"])
             if not rows:
                 gone.append(entry_id)
                 continue
-            entry = decode_entry(entry_id, rows, self.on_skip)
+            entry = decode_entry(entry_id, rows, skip)
             if entry is None:
                 continue
             message, reply_to = entry
@@ -196,11 +203,14 @@ class EscalationQueue:
                     idle_s=int(item["time_since_delivered"]) / 1000,
                 )
             )
+        # The gauge counts these apart from the waiting ones (no scrape reads the bodies).
+        note_unreadable(self.redis, self.stream, self.group, skipped)
         if gone:
             # Pending in the group with no body (a trim, XTRIM, or XDEL removed it): nobody
             # can ever open it, and left pending it was counted as open for good. A stream
             # id never comes back, so acknowledging it loses nothing.
             self.redis.xack(self.stream, self.group, *gone)
+            forget_unreadable(self.redis, self.stream, gone)
             for entry_id in gone:
                 self.on_skip(entry_id, "its body is gone (trimmed or deleted from the stream)")
         return self._without_resolved(found)

@@ -42,6 +42,7 @@ __all__ = [
     "console_session",
     "escalation_claim",
     "escalation_marker",
+    "escalation_unreadable",
     "is_reply_name",
     "published_marker",
     "rate_inflight",
@@ -142,6 +143,13 @@ def resolved_record(job_id: str) -> str:
 def escalation_claim(escalation_id: str) -> str:
     """Which reviewer holds an escalation, with a TTL (a vanished reviewer lets go)."""
     return f"{PREFIX}:escalation-claim:{_ids(escalation_id)}"
+
+
+def escalation_unreadable(stream: str) -> str:
+    """Sorted set of the entries of the escalation stream ``stream`` that a reader found no
+    reviewer could answer (their ids, scored by their milliseconds), so that the gauges tell
+    them from the waiting ones without reading every body (``shared.escalation_unreadable``)."""
+    return f"{PREFIX}:escalation-unreadable:{_ids(stream)}"
 
 
 def rate_inflight(provider: str) -> str:

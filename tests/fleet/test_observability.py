@@ -294,7 +294,9 @@ def test_decisions_status_and_celery_inspect_during_a_batch(rig: Rig) -> None:
         assert fleet["workers"][0]["concurrency"] == 2
         assert fleet["ledger"]["in_flight"] == 2
         escalated = sum(1 for _ in read_entries(rig.r, keys.ESCALATION_STREAM))
-        assert fleet["escalations"] == {"waiting": escalated, "claimed": 0, "open": escalated}
+        assert fleet["escalations"] == {
+            "waiting": escalated, "claimed": 0, "unreadable": 0, "open": escalated
+        }
 
         # Named destination: the reply ends the wait, no full timeout.
         active = celery(rig, "inspect", "active", "--timeout", "5", "-d", name)

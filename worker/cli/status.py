@@ -141,6 +141,8 @@ def _print(s: FleetStatus) -> None:
         table.add_row("escalations open", str(s.escalations.open))
         table.add_row("  waiting for a reviewer", str(s.escalations.waiting))
         table.add_row("  claimed by a reviewer", str(s.escalations.claimed))
+        if s.escalations.unreadable:  # not open to anyone: see decisions escalations list
+            table.add_row("entries no reviewer can read", str(s.escalations.unreadable))
     if s.intake is not None:
         table.add_section()
         table.add_row("jobs submitted, not taken yet", str(s.intake.waiting))

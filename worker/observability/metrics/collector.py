@@ -93,11 +93,13 @@ class FleetCollector(Collector):
             up.add_metric(["redis"], 1)
             open_ = GaugeMetricFamily(
                 "decisions_escalations_open",
-                "Escalations not resolved yet, by state (waiting for a reviewer, claimed)",
+                "Escalations not resolved yet, by state (waiting for a reviewer, claimed; "
+                "unreadable: a reader found no reviewer can answer it)",
                 labels=["state"],
             )
             open_.add_metric(["waiting"], counts.waiting)
             open_.add_metric(["claimed"], counts.claimed)
+            open_.add_metric(["unreadable"], counts.unreadable)
             found.append(open_)
         return found
 

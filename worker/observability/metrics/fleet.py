@@ -3,8 +3,9 @@ the Celery queue's depth and the workers answering. ``decisions status`` prints 
 each worker's metrics endpoint exports the first two at scrape time.
 
 Cheap means: the ledger is asked two indexed counts (calls by status over their index; the
-outbox backlog over its partial index), Redis two XINFOs and one XPENDING summary, the broker
-one passive queue declaration. Nothing here loads a ledger row or mutates anything.
+outbox backlog over its partial index), Redis two XINFOs, one XPENDING summary and one
+ZRANGEBYSCORE (more only for entries found unreadable, below), the broker one passive queue
+declaration. Nothing here loads a ledger row or mutates anything.
 
 Escalations are counted as a reviewer can open them. A trim of the stream (``XTRIM``, an
 operator capping its memory) removes entries the group may still hold as pending, and from
@@ -15,6 +16,17 @@ has read up to the last entry, as every reviewer's read does); pending entries o
 the stream's first entry are read, ids and holders only, only while there are any. An entry
 deleted from the middle of the stream (``XDEL``) while pending is still counted: telling it
 would take reading every pending entry's body.
+
+An entry no reviewer can answer (not JSON, not an escalation this version reads, no reply
+stream: what a claim skips; or questions no answer can be checked against), which the
+console and ``decisions escalations list`` report as unreadable, waits for nobody: counted
+so, it kept ``DecisionsEscalationsWaiting`` up for good. Telling it takes its body, so the
+readers that meet one record its id (``shared.escalation_unreadable``) and the
+count here reads that record, not the bodies: one ZRANGEBYSCORE, and while it holds any
+ids, one XPENDING of each in one round trip (at most ``MAX_UNREADABLE``), which passes over
+the ids acknowledged since and tells who holds the rest. Those are counted as ``unreadable``,
+not as waiting or claimed. One no reader has met yet (none has paged that far since it was
+written) is still counted as waiting.
 """
 
 from __future__ import annotations
@@ -27,6 +39,7 @@ import redis
 from celery import Celery
 
 from shared import keys
+from shared.escalation_unreadable import MAX_UNREADABLE
 from shared.escalations import QUEUE_CONSUMER
 from worker.ledger import Ledger
 from worker.ledger.reads import call_gauges
@@ -72,9 +85,12 @@ class EscalationCounts:
     waiting: int
     #: Claimed by a reviewer, not resolved yet.
     claimed: int
+    #: Open, and met by a reader that found no reviewer can answer it (in neither above).
+    unreadable: int = 0
 
     @property
     def open(self) -> int:
+        """The escalations a reviewer can answer."""
         return self.waiting + self.claimed
 
 
@@ -85,7 +101,7 @@ def escalation_counts(
     group: str = keys.ESCALATION_GROUP,
 ) -> EscalationCounts:
     """Open escalations: entries not yet handed to the group, plus those pending in it, less
-    the entries a trim removed."""
+    the entries a trim removed; those a reader found unreadable apart."""
     try:
         groups: Any = client.xinfo_groups(stream)
         head: Any = client.xinfo_stream(stream)
@@ -111,11 +127,36 @@ def escalation_counts(
     )
     pending = int(summary.get("pending") or 0)
     gone_queued, gone_claimed = _trimmed_pending(client, stream, group, summary, first)
+    bad_queued, bad_claimed = _unreadable(client, stream, group, first)
     # Clamped: the reads are not one snapshot (a reviewer may claim or resolve in between).
     return EscalationCounts(
-        waiting=max(0, int(lag) + queued - gone_queued),
-        claimed=max(0, pending - queued - gone_claimed),
+        waiting=max(0, int(lag) + queued - gone_queued - bad_queued),
+        claimed=max(0, pending - queued - gone_claimed - bad_claimed),
+        unreadable=bad_queued + bad_claimed,
     )
+
+
+def _unreadable(client: redis.Redis, stream: str, group: str, first: str | None) -> tuple[int, int]:
+    """Entries a reader recorded as unreadable that are still pending and in the stream, as
+    (held by the queue, held by reviewers); a trimmed one is counted by ``_trimmed_pending``."""
+    if first is None:
+        return 0, 0  # an empty stream: anything still pending was trimmed
+    key = keys.escalation_unreadable(stream)
+    recorded: Any = client.zrangebyscore(key, _order(first)[0], "+inf", start=0, num=MAX_UNREADABLE)
+    ids = [_text(m) for m in recorded if _order(_text(m)) >= _order(first)]
+    if not ids:
+        return 0, 0
+    pipe = client.pipeline(transaction=False)
+    for entry_id in ids:
+        pipe.xpending_range(stream, group, entry_id, entry_id, 1)
+    queued = claimed = 0
+    for rows in pipe.execute():
+        for row in rows:  # none: acknowledged since it was recorded
+            if _text(row["consumer"]) == QUEUE_CONSUMER:
+                queued += 1
+            else:
+                claimed += 1
+    return queued, claimed
 
 
 def _unread(client: redis.Redis, stream: str, head: Any, last: str, first: str | None) -> int:

@@ -1,0 +1,133 @@
+"""``decisions_escalations_open`` counts an entry no reviewer can take (not JSON, not an
+escalation) as ``unreadable``, not ``waiting``: counted as waiting, it stayed so for good
+(the claim skips it, the console and ``decisions escalations list`` report it unreadable) and
+kept ``DecisionsEscalationsWaiting`` up. The readers record such entries; the gauge reads
+that record, never the bodies, so 20,000 open entries stay a few commands.
+
+A real Redis (127.0.0.1:6379, database 10), on streams of this file's own, deleted after."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from shared import keys
+from shared.escalation_listing import list_open
+from shared.escalations import EscalationQueue
+from shared.replies import EscalationMessage, ResultMessage
+from tests.support.services import REDIS_HOST, REDIS_PORT, unavailable
+from worker.observability.metrics.fleet import EscalationCounts, escalation_counts
+
+REDIS_DB = 10
+GROUP = keys.ESCALATION_GROUP
+
+
+@pytest.fixture
+def stream() -> Iterator[tuple[redis.Redis, str]]:
+    """A client on database 10 and a stream name of this test's own; its keys deleted after."""
+    client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=REDIS_DB)
+    try:
+        client.ping()
+    except redis.ConnectionError:
+        unavailable(f"Redis at {REDIS_HOST}:{REDIS_PORT}")
+    name = f"test-unreadable-escalations:{uuid.uuid4().hex}"
+    try:
+        yield client, name
+    finally:
+        client.delete(name, keys.escalation_unreadable(name))
+        client.close()
+
+
+def escalation(job_id: str) -> dict[str, str]:
+    message = EscalationMessage(job_id=job_id, reason="decision_refused")
+    return {"job_id": job_id, "type": "escalation", "reply_to": "replies",
+            "message": message.to_json()}
+
+
+NOT_JSON = {"job_id": "x", "type": "escalation", "reply_to": "replies", "message": "{not json"}
+A_RESULT = {"job_id": "y", "type": "result", "reply_to": "replies",
+            "message": ResultMessage(job_id="y", answers={}).to_json()}
+
+
+def queue(r: redis.Redis, name: str) -> EscalationQueue:
+    return EscalationQueue(r, stream=name, on_skip=lambda _entry, _why: None)
+
+
+def counts(r: redis.Redis, name: str) -> EscalationCounts:
+    return escalation_counts(r, stream=name, group=GROUP)
+
+
+def test_an_entry_no_reviewer_can_take_is_unreadable_not_waiting(
+    stream: tuple[redis.Redis, str],
+) -> None:
+    r, name = stream
+    bad = [r.xadd(name, NOT_JSON).decode(), r.xadd(name, A_RESULT).decode()]
+    good = [r.xadd(name, escalation(f"j{n}")).decode() for n in range(3)]
+    claimed = queue(r, name).claim("ann")  # meets the two unreadable ones first
+    assert claimed is not None and claimed.entry_id == good[0]
+    found = counts(r, name)
+    assert (found.waiting, found.claimed) == (2, 1), "the unreadable entries counted waiting"
+    assert found.unreadable == 2
+    assert found.open == 3
+    assert {m.decode() for m in r.zrange(keys.escalation_unreadable(name), 0, -1)} == set(bad)
+
+    # The console's and the CLI's list record what they find too.
+    late = r.xadd(name, NOT_JSON).decode()
+    assert counts(r, name).waiting == 3  # no reader met it yet
+    page = list_open(queue(r, name))
+    assert page.unreadable_count == 3
+    assert counts(r, name) == EscalationCounts(waiting=2, claimed=1, unreadable=3)
+
+    # Acknowledged by hand (an operator dropping it): no longer open, no longer counted.
+    r.xack(name, GROUP, late)
+    assert counts(r, name) == EscalationCounts(waiting=2, claimed=1, unreadable=2)
+
+    # Trimmed: gone, counted nowhere; the next reader acknowledges it and forgets the record.
+    r.xtrim(name, minid=good[0], approximate=False)
+    assert counts(r, name) == EscalationCounts(waiting=2, claimed=1, unreadable=0)
+    queue(r, name).claim("bob")
+    assert counts(r, name) == EscalationCounts(waiting=1, claimed=2, unreadable=0)
+    recorded = {m.decode() for m in r.zrange(keys.escalation_unreadable(name), 0, -1)}
+    assert recorded == {late}  # the trimmed ones forgotten; one acked by hand stays till full
+
+
+class Counting(redis.Redis):
+    """A client counting the commands it sends, those in pipelines included."""
+
+    sent = 0
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.sent += 1
+        return super().execute_command(*args, **options)
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+        pipe = super().pipeline(transaction, shard_hint)
+        run = pipe.execute
+
+        def execute(raise_on_error: bool = True) -> Any:
+            self.sent += len(pipe.command_stack)
+            return run(raise_on_error)
+
+        pipe.execute = execute  # type: ignore[method-assign]
+        return pipe
+
+
+def test_counting_20000_open_entries_reads_no_body(stream: tuple[redis.Redis, str]) -> None:
+    r, name = stream
+    pipe = r.pipeline(transaction=False)
+    for n in range(20_000):
+        pipe.xadd(name, NOT_JSON if n in (5, 7) else escalation(f"j{n}"))
+    pipe.execute()
+    list_open(queue(r, name))  # reads the first page: meets both
+    counting = Counting(host=REDIS_HOST, port=REDIS_PORT, db=REDIS_DB)
+    try:
+        assert counts(counting, name) == EscalationCounts(
+            waiting=19_998, claimed=0, unreadable=2
+        )
+        assert counting.sent <= 8  # XINFO x2, XPENDING, ZRANGEBYSCORE, one XPENDING per id
+    finally:
+        counting.close()
