@@ -1,15 +1,15 @@
 """Reading the open escalations a page at a time, entry by entry, reporting those that do not
 parse: what the console's pages and ``decisions escalations list`` show.
 
-The pages read through the queue's own Redis stream and group, as ``EscalationQueue.open``
-does, but each entry on its own: one that does not parse (a field a newer version adds, a
-damaged message), whose ``reply_to`` is not a stream name (the queue skips it: it could never
-be claimed) or whose questions cannot be read (``shared.resolutions.questions_problem``: no
-answer could be checked against them, and the console could build no form of them)
-is listed as unreadable, by id, instead of failing the page for every reviewer, and the
-detail page reads its one entry instead of parsing every open one (a 10,000-item sift
-escalation is megabytes of JSON). Claims, releases and resolutions still go through
-``EscalationQueue``.
+The pages read through the queue's own Redis stream and group, as ``EscalationQueue``
+does, each entry on its own: one that ``decode_entry`` skips (it does not parse, a field a
+newer version adds, a damaged message; it is no escalation; its ``reply_to`` is not a stream
+name: the queue skips it, it could never be claimed) or whose questions cannot be read
+(``shared.resolutions.questions_problem``: no answer could be checked against them, and the
+console could build no form of them) is listed as unreadable, by id and with why, instead
+of failing the page for every reviewer, and the detail page reads its one entry instead of
+parsing every open one (a 10,000-item sift escalation is megabytes of JSON). Claims,
+releases and resolutions still go through ``EscalationQueue``.
 
 A list is a page (``list_open``): at most ``PAGE_ROWS`` rows, from at most ``SCAN_LIMIT``
 entries or ``MAX_READ_BYTES`` of them read, after a given entry, with where the next page
@@ -27,12 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
-
-from shared import keys
+from shared.escalation_entries import decode_entry
 from shared.escalation_unreadable import note_unreadable
 from shared.escalations import QUEUE_CONSUMER, EscalationQueue, OpenEscalation
-from shared.replies import EscalationMessage, parse_reply
+from shared.replies import EscalationMessage
 from shared.resolutions import questions_problem
 
 __all__ = ["MAX_READ_BYTES", "PAGE_ROWS", "SCAN_LIMIT", "Listing", "find_open", "list_open"]
@@ -54,6 +52,8 @@ class Listing:
     #: Ids of open entries that could not be read (at most 50 of them), of those read.
     unreadable: list[str] = field(default_factory=list)
     unreadable_count: int = 0
+    #: Why each entry of ``unreadable`` cannot be read, by id.
+    unreadable_why: dict[str, str] = field(default_factory=dict)
     #: The last entry this page read, when more are open after it; None at the end.
     next_after: str | None = None
     #: Open entries in all, whatever the filter (the group's pending count).
@@ -74,7 +74,7 @@ def list_open(
     queue.sync()
     summary: Any = queue.redis.xpending(queue.stream, queue.group)
     items: list[OpenEscalation] = []
-    unreadable: list[str] = []
+    unreadable: list[tuple[str, str]] = []
     last = after
     scanned = read = 0
     while len(items) < limit and scanned < SCAN_LIMIT and read < MAX_READ_BYTES:
@@ -92,21 +92,23 @@ def list_open(
             scanned += 1
             read += _size(rows)
             found = _entry(item, rows)
-            if isinstance(found, str):
+            if isinstance(found, tuple):
                 unreadable.append(found)
             elif found is not None and _matches(found.message, reason, batch):
                 items.append(found)
             if len(items) >= limit or scanned >= SCAN_LIMIT or read >= MAX_READ_BYTES:
                 break
     # The gauge counts these apart from the waiting ones (no scrape reads the bodies).
-    note_unreadable(queue.redis, queue.stream, queue.group, unreadable)
+    note_unreadable(queue.redis, queue.stream, queue.group, [e for e, _why in unreadable])
     more = last is not None and bool(
         queue.redis.xpending_range(queue.stream, queue.group, f"({last}", "+", 1)
     )
+    shown = unreadable[:_MAX_SHOWN_UNREADABLE]
     return Listing(
         items,
-        unreadable[:_MAX_SHOWN_UNREADABLE],
+        [entry_id for entry_id, _why in shown],
         len(unreadable),
+        unreadable_why=dict(shown),
         next_after=last if more else None,
         open_total=int(summary.get("pending") or 0),
     )
@@ -130,30 +132,24 @@ def find_open(queue: EscalationQueue, entry_id: str) -> OpenEscalation | None:
         return None
     rows: Any = queue.redis.xrange(queue.stream, min=entry_id, max=entry_id)
     found = _entry(pending[0], rows)
-    if isinstance(found, str):
-        note_unreadable(queue.redis, queue.stream, queue.group, [found])
+    if isinstance(found, tuple):
+        note_unreadable(queue.redis, queue.stream, queue.group, [found[0]])
     return found if isinstance(found, OpenEscalation) else None
 
 
-def _entry(pending: Any, rows: Any) -> OpenEscalation | str | None:
-    """The entry, its id if it cannot be read, None if it is gone or not an escalation."""
+def _entry(pending: Any, rows: Any) -> OpenEscalation | tuple[str, str] | None:
+    """The entry; its id and why if no reviewer can answer it; None if its body is gone."""
     entry_id = _text(pending["message_id"])
-    if not rows:
-        return None
-    try:
-        fields = {_text(k): _text(v) for k, v in rows[0][1].items()}
-        message = parse_reply(fields["message"])
-    except (KeyError, ValueError, ValidationError):
-        return entry_id
-    if not isinstance(message, EscalationMessage):
-        return entry_id
-    reply_to = fields.get("reply_to") or message.reply_to or ""
-    # The queue skips an entry with no reply stream to answer on (it could never be claimed),
-    # and a decide form cannot be built of questions of another shape.
-    if not keys.is_reply_name(reply_to):
-        return entry_id
-    if message.kind != "menu" and questions_problem(message) is not None:
-        return entry_id
+    problems: list[str] = []
+    decoded = decode_entry(entry_id, rows, lambda _entry, why: problems.append(why))
+    if decoded is None:
+        return (entry_id, problems[0]) if problems else None
+    message, reply_to = decoded
+    # The claim takes it, but a decide form cannot be built of questions of another shape,
+    # nor an answer checked against them.
+    problem = None if message.kind == "menu" else questions_problem(message)
+    if problem is not None:
+        return entry_id, problem
     holder = _text(pending["consumer"])
     return OpenEscalation(
         entry_id=entry_id,

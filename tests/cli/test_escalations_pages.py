@@ -10,6 +10,7 @@ from pathlib import Path
 from shared import keys
 from shared.escalation_listing import PAGE_ROWS
 from shared.escalations import EscalationQueue
+from shared.replies import ResultMessage
 from tests.cli.support import decisions, traceback_in
 from tests.console.support import publish, refused_escalation
 from tests.support.services import redis_database, redis_url
@@ -57,7 +58,8 @@ def test_list_pages_through_the_open_escalations_with_after(tmp_path: Path) -> N
     last_line = first.strip().splitlines()[-1]
     assert f"decisions escalations list --after {entries[PAGE_ROWS - 1]}" in last_line
     assert "--after" not in pages[-1].stdout  # the end says nothing more
-    assert "skipped escalation" in pages[-1].stderr and "cannot be read" in pages[-1].stderr
+    assert "skipped escalation" in pages[-1].stderr
+    assert "its message is not JSON" in pages[-1].stderr  # why, as decode_entry says it
     # --json: stdout stays one JSON array; how to go on is said on stderr, filter kept.
     rows = json.loads(batch.stdout)
     assert len(rows) == PAGE_ROWS and {row["batch"] for row in rows} == {"b"}
@@ -72,3 +74,30 @@ def test_after_an_id_of_another_shape_is_refused_in_one_line(tmp_path: Path) -> 
     assert done.code == 2
     assert traceback_in(done.output) is None
     assert "is not an escalation id" in done.stderr
+
+
+def test_list_says_why_each_entry_cannot_be_read(tmp_path: Path) -> None:
+    """Each unreadable entry on its own line, with why: what ``decode_entry`` says (the claim
+    skips it for that) or what is wrong with its questions (no answer could be checked)."""
+    good = refused_escalation("good")
+    questions = good.model_copy(update={"job_id": "listed", "context": {"questions": ["x"]}})
+    result = ResultMessage(job_id="res", answers={})
+    bodies = {
+        "its message is not JSON": {"message": "{not json"},
+        "it has no message field": {"job_id": "none"},
+        "it holds a result, not an escalation": {"message": result.to_json()},
+        "is not a stream name": {"reply_to": "not a name!", "message": good.to_json()},
+        "its questions are not an object": {"message": questions.to_json()},
+    }
+    with redis_database(REDIS_DB) as r:
+        publish(r, good)
+        ids = {why: r.xadd(keys.ESCALATION_STREAM, fields).decode()
+               for why, fields in bodies.items()}
+        done = decisions("escalations", "list", cwd=tmp_path, redis_url=redis_url(REDIS_DB))
+    assert done.code == 0, done.output
+    assert traceback_in(done.output) is None
+    assert "good" in done.stdout
+    lines = done.stderr.splitlines()
+    for why, entry in ids.items():
+        [line] = [line for line in lines if entry in line]
+        assert why in line, (why, line)

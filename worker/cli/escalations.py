@@ -121,7 +121,7 @@ def list_(
     # call took seconds and megabytes with 20,000 of them.
     page = list_open(_queue(), reason=reason, batch=batch, after=after)
     for entry_id in page.unreadable:
-        _report_skip(entry_id, "it cannot be read (not an escalation this version can answer)")
+        _report_skip(entry_id, page.unreadable_why.get(entry_id, "it cannot be read"))
     if page.unreadable_count > len(page.unreadable):
         _report_skip("...", f"{page.unreadable_count - len(page.unreadable)} more cannot be read")
     items = page.items
