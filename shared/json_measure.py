@@ -11,8 +11,7 @@ applies it to each field.
 
 Apart from the reader (``shared.strict_json``) because it checks values, not texts: values
 the reader marked (``DuplicateKeys``, non-finite floats, ``CLIPPED``) and values built in
-Python (a job a ``Client`` is handed, a decoded task body) alike. It reads nothing itself;
-``strict_loads`` reads with ``shared.strict_json.loads`` and checks here.
+Python (a job a ``Client`` is handed, a decoded task body) alike. It reads nothing itself.
 """
 
 from __future__ import annotations
@@ -23,27 +22,15 @@ from dataclasses import dataclass
 from json.encoder import encode_basestring
 from typing import Any, Final
 
-from shared.errors import NotStrictJSON
-from shared.strict_json import CLIPPED, DuplicateKeys, loads
+from shared.strict_json import CLIPPED, DuplicateKeys
 
-__all__ = ["MAX_INT_DIGITS", "Measure", "measure", "strict_loads", "string_size"]
+__all__ = ["MAX_INT_DIGITS", "Measure", "measure", "string_size"]
 
 #: Integers with more digits than this are refused: many readers hold numbers as doubles,
 #: and Python refuses to print one of over 4,300 digits (json.dumps raises).
 MAX_INT_DIGITS: Final = 100
 _MAX_INT_BITS = int(MAX_INT_DIGITS * 3.3219)  # log2(10): bits of a 100-digit number
 _CLIPPED_LEN = len(CLIPPED)
-
-
-def strict_loads(data: bytes | bytearray | memoryview | str, *, max_depth: int = 100) -> Any:
-    """``strict_json.loads``, refusing anything ``measure`` finds (``NotStrictJSON`` naming
-    the path)."""
-    value = loads(data)
-    found = measure(value, max_depth=max_depth)
-    if found.problem is not None:
-        where, what = found.problem
-        raise NotStrictJSON(f"{where or '(value)'}: {what}")
-    return value
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ is named where it is:
 
 What a value read so may be made of (the marks, lone surrogates, huge integers, depth and
 size) is checked by the walk in ``shared.json_measure``, which places each problem on its
-path; ``strict_loads`` there reads and checks in one call.
+path.
 
 The standard library's decoder does the parsing (in C); only the marks are Python. No JSON
 library on PyPI reports duplicate keys with their place; orjson and simdjson keep the last.

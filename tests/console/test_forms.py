@@ -8,7 +8,7 @@ from shared.errors import FieldProblem, ResolutionInvalid
 from shared.job_parsing import parse_job
 from shared.jobs import DecideJob
 from shared.replies import Answer, EscalationMessage
-from shared.resolutions import check_resolution
+from shared.resolutions import check_resolution, questions_problem
 from shared.verdicts import escalation
 from tests.console.support import (
     MENU_OPTIONS,
@@ -22,7 +22,6 @@ from worker.console.decide_form import (
     decide_answer,
     decide_fields,
     paged,
-    questions_readable,
     uses_bulk,
 )
 from worker.console.menu_form import RAW_FIELD, menu_answer, menu_choices
@@ -282,8 +281,9 @@ def test_text_that_cannot_be_read_is_named_beside_its_field_never_raised() -> No
 
 
 def test_questions_of_another_shape_are_not_readable() -> None:
+    # What makes the pages list an entry as unreadable, and the form not built of it.
     good = refused_escalation("j1")
-    assert questions_readable(good)
+    assert questions_problem(good) is None
 
     def shaped(questions: object) -> EscalationMessage:
         return good.model_copy(update={"context": {**good.context, "questions": questions}})
@@ -293,5 +293,5 @@ def test_questions_of_another_shape_are_not_readable() -> None:
         {"a": {"type": "?"}},  # no answer of an unknown type could be checked either
     )
     for questions in unreadable:
-        assert not questions_readable(shaped(questions)), questions
-    assert questions_readable(shaped({}))
+        assert questions_problem(shaped(questions)) is not None, questions
+    assert questions_problem(shaped({})) is None

@@ -5,8 +5,8 @@ sends is only a proposal: the answer is checked by ``EscalationQueue.resolve`` (
 ``shared.resolutions.check_resolution``), the same code as ``decisions escalations resolve``,
 so an option that is not in the question (a tampered form) is refused there, not here.
 Whether a question must be answered is asked of that code too (``required``). Questions of
-another shape than that code reads (``questions_readable``: a damaged or hand-written entry)
-make no form: the pages list such an entry as unreadable.
+another shape than that code reads (``shared.resolutions.questions_problem``: a damaged or
+hand-written entry) make no form: the pages list such an entry as unreadable.
 
 A big escalation (a sift's items, or more questions than ``PAGE_SIZE``) is shown a page at a
 time with a bulk answer (``BULK_CHOICES``: keep the machine's answers, yes or no for the
@@ -27,7 +27,7 @@ from shared.errors import ResolutionInvalid
 from shared.judgments.requests import item_index
 from shared.questions import fixed_floor
 from shared.replies import Answer, EscalationMessage
-from shared.resolutions import check_resolution, questions_problem
+from shared.resolutions import check_resolution
 
 __all__ = [
     "BULK_CHOICES",
@@ -42,7 +42,6 @@ __all__ = [
     "decide_answer",
     "decide_fields",
     "paged",
-    "questions_readable",
     "uses_bulk",
 ]
 
@@ -95,13 +94,6 @@ class DecideField:
     @property
     def problem_key(self) -> str:
         return f"answer.{self.question_id}"
-
-
-def questions_readable(message: EscalationMessage) -> bool:
-    """Whether the form can be built of the questions: whether ``check_resolution`` can read
-    them (``questions_problem``). An entry is anyone's to write; one with other JSON there is
-    listed as unreadable (it could not be resolved either)."""
-    return questions_problem(message) is None
 
 
 def decide_fields(message: EscalationMessage) -> list[DecideField]:
