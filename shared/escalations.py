@@ -143,12 +143,6 @@ class EscalationQueue:
             if not got or not got[0][1]:
                 return
 
-    def open(self, *, reason: str | None = None, batch: str | None = None) -> list[OpenEscalation]:
-        """Every open escalation, oldest first, optionally of one reason or batch."""
-        self.sync()
-        pending: Any = self.redis.xpending_range(self.stream, self.group, "-", "+", 1_000_000)
-        return self._entries(pending, reason, batch)
-
     def _pages(
         self, reason: str | None, batch: str | None, size: int = 200
     ) -> Iterator[list[OpenEscalation]]:

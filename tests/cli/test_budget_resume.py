@@ -18,6 +18,7 @@ from shared.errors import EscalationNotFound
 from shared.fingerprint import job_fingerprint
 from shared.job_parsing import parse_job
 from tests.cli.support import Outcome, decisions, traceback_in
+from tests.support.open_escalations import open_escalations
 from tests.support.services import redis_database, redis_url
 from worker.ledger import Ledger
 
@@ -132,7 +133,7 @@ def test_a_resumed_jobs_escalation_leaves_the_reviewers_queue(tmp_path: Path) ->
         held = queue.claim("ann")
         assert held is not None
         _check(_resume(tmp_path, url), ledger, r)
-        assert [item.message.job_id for item in queue.open()] == [POISON]
+        assert [item.message.job_id for item in open_escalations(queue)] == [POISON]
         if held.message.job_id == GOOD:
             with pytest.raises(EscalationNotFound):
                 queue.resolve(held.entry_id, "ann", {"q": True})

@@ -11,6 +11,7 @@ import redis
 from shared.escalations import EscalationQueue
 from tests.cli.support import decisions, traceback_in
 from tests.console.support import menu_escalation, publish, refused_escalation
+from tests.support.open_escalations import open_escalations
 from tests.support.services import redis_database, redis_url
 
 REDIS_DB = 10
@@ -22,7 +23,7 @@ def test_list_at_80_columns_shows_whole_ids_and_json_lists_them(tmp_path: Path) 
     with redis_database(REDIS_DB) as r:
         publish(r, refused_escalation(LONG_JOB, batch="a-rather-long-batch-name-2026-11-30"))
         publish(r, refused_escalation("short-job"))
-        entries = [item.entry_id for item in EscalationQueue(r).open()]
+        entries = [item.entry_id for item in open_escalations(EscalationQueue(r))]
         url = redis_url(REDIS_DB)
         table = decisions("escalations", "list", cwd=tmp_path, env={"COLUMNS": "80"}, redis_url=url)
         listed = decisions("escalations", "list", "--json", cwd=tmp_path, redis_url=url)
@@ -45,7 +46,7 @@ def _held_by_ann(r: redis.Redis, job_id: str) -> str:
     """The id of ``job_id``'s refused escalation, published and claimed by ann."""
     publish(r, refused_escalation(job_id))
     queue = EscalationQueue(r)
-    entry = queue.open()[0].entry_id
+    entry = open_escalations(queue)[0].entry_id
     queue.claim_entry(entry, "ann")
     return entry
 
@@ -102,7 +103,7 @@ def test_claim_shows_the_entry_it_took_and_names_control_characters(tmp_path: Pa
     message.context["menu"] = f"[link=https://evil.example]{LINK}\r- done"
     with redis_database(REDIS_DB) as r:
         publish(r, message)
-        entry = EscalationQueue(r).open()[0].entry_id
+        entry = open_escalations(EscalationQueue(r))[0].entry_id
         done = decisions(
             "escalations", "claim", "--batch", BROKEN_MARKUP, "--reviewer", "ann",
             cwd=tmp_path, env={"COLUMNS": "300"}, redis_url=redis_url(REDIS_DB),

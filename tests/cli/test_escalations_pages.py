@@ -13,6 +13,7 @@ from shared.escalations import EscalationQueue
 from shared.replies import ResultMessage
 from tests.cli.support import decisions, traceback_in
 from tests.console.support import publish, refused_escalation
+from tests.support.open_escalations import open_escalations
 from tests.support.services import redis_database, redis_url
 
 #: This file's own Redis database (emptied before and after each test).
@@ -33,7 +34,7 @@ def test_list_pages_through_the_open_escalations_with_after(tmp_path: Path) -> N
             publish(r, refused_escalation(f"job-{n:04d}", batch="b" if n % 2 else "a"))
         # One a reader cannot parse: skipped with a line, never a failed page.
         r.xadd(keys.ESCALATION_STREAM, {"message": "{not json"})
-        entries = [item.entry_id for item in EscalationQueue(r).open()]
+        entries = [item.entry_id for item in open_escalations(EscalationQueue(r))]
         url = redis_url(REDIS_DB)
         pages = []
         after: list[str] = []

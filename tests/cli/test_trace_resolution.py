@@ -10,6 +10,7 @@ from pathlib import Path
 from shared.escalations import EscalationQueue
 from tests.cli.support import decisions, traceback_in
 from tests.console.support import REPLIES, publish, refused_escalation
+from tests.support.open_escalations import open_escalations
 from tests.support.services import redis_database, redis_url
 from worker.ledger import CallOutcome, Ledger
 
@@ -62,7 +63,7 @@ def test_trace_shows_the_resolution_and_whole_answers(tmp_path: Path) -> None:
     with redis_database(REDIS_DB) as r:
         publish(r, refused_escalation(JOB))
         queue = EscalationQueue(r)
-        entry = queue.open()[0].entry_id
+        entry = open_escalations(queue)[0].entry_id
         queue.claim_entry(entry, "ann")
         queue.resolve(entry, "ann", {"urgent": True, "team": "billing", "mood": "cross"})
         settings = {"ledger_url": ledger_url, "redis_url": redis_url(REDIS_DB)}

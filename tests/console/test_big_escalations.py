@@ -25,6 +25,7 @@ from tests.console.support import (
     refused_escalation,
     sift_escalation,
 )
+from tests.support.open_escalations import open_escalations
 from tests.support.services import redis_database
 from worker.console.decide_form import PAGE_SIZE
 from worker.ledger import Ledger
@@ -58,7 +59,7 @@ def ann(served: tuple[str, str], r: redis.Redis) -> Iterator[Visitor]:
 
 
 def only_entry(r: redis.Redis) -> str:
-    [item] = EscalationQueue(r).open()
+    [item] = open_escalations(EscalationQueue(r))
     return item.entry_id
 
 
@@ -109,7 +110,7 @@ def test_a_ten_thousand_item_sift_is_paged_and_answered_in_bulk(
     answer = resolution(r)["answer"]
     assert isinstance(answer, dict) and len(answer) == 10_000
     assert {k for k, v in answer.items() if v} == {"item.3", "item.42"}
-    assert EscalationQueue(r).open() == []
+    assert open_escalations(EscalationQueue(r)) == []
     assert "resolved big: 10000 answers (9998 false, 2 true)" in ann.get("/escalations").text
 
 

@@ -26,6 +26,7 @@ from shared.streams import read_stream
 from tests.console.browser import chromium
 from tests.console.server import PASSWORDS, console_env, console_server
 from tests.console.support import REDIS_DB, publish, sift_escalation
+from tests.support.open_escalations import open_escalations
 from tests.support.processes import faux_server, worker_process
 from tests.support.services import redis_database, redis_url
 
@@ -219,7 +220,7 @@ def resolutions(fleet: Fleet) -> dict[str, dict[str, Any]]:
 
 
 def holder_of(fleet: Fleet, job_id: str) -> str | None:
-    for item in EscalationQueue(fleet.redis).open():
+    for item in open_escalations(EscalationQueue(fleet.redis)):
         if item.message.job_id == job_id:
             return item.holder
     raise AssertionError(f"{job_id} is not open")
@@ -227,7 +228,8 @@ def holder_of(fleet: Fleet, job_id: str) -> str | None:
 
 def test_the_batch_ran_with_every_kind_of_escalation(fleet: Fleet) -> None:
     assert {j for j, t in fleet.replies.items() if t == "escalation"} == ESCALATED
-    reasons = {e.message.job_id: e.message.reason for e in EscalationQueue(fleet.redis).open()}
+    found = open_escalations(EscalationQueue(fleet.redis))
+    reasons = {e.message.job_id: e.message.reason for e in found}
     assert reasons == {
         "e2e-refused": "decision_refused",
         "e2e-low": "low_confidence",
@@ -251,7 +253,7 @@ def test_log_in_and_see_the_queue_oldest_first(browser: Any, fleet: Fleet) -> No
         visitor.submit("Log in")
         assert visitor.page.url.endswith("/escalations")
         rows = visitor.page.locator("table.list tbody tr code").all_inner_texts()
-        expected = [i.message.job_id for i in EscalationQueue(fleet.redis).open()]
+        expected = [i.message.job_id for i in open_escalations(EscalationQueue(fleet.redis))]
         assert rows == expected and set(rows) == ESCALATED
         visitor.shot("02-escalations")
         visitor.page.select_option("select[name=reason]", "low_confidence")
@@ -400,7 +402,7 @@ def test_an_unparseable_menu_is_answered_from_its_options(ann: Reviewer, fleet: 
 
 def test_every_escalation_was_answered_from_the_console(ann: Reviewer, fleet: Fleet) -> None:
     assert set(resolutions(fleet)) == ESCALATED
-    assert EscalationQueue(fleet.redis).open() == []
+    assert open_escalations(EscalationQueue(fleet.redis)) == []
     ann.go("/escalations")
     assert "Nothing is waiting" in ann.page.locator(".empty").inner_text()
     ann.shot("09-escalations-empty")

@@ -11,6 +11,7 @@ import redis
 from shared.errors import EscalationNotFound
 from shared.escalations import EscalationQueue
 from tests.console.support import REDIS_DB, publish, refused_escalation
+from tests.support.open_escalations import open_escalations
 from tests.support.services import redis_database
 
 pytestmark = pytest.mark.integration
@@ -26,10 +27,11 @@ def test_claim_entry_takes_that_entry_and_no_other(r: redis.Redis) -> None:
     publish(r, refused_escalation("j1"))
     publish(r, refused_escalation("j2"))
     q = EscalationQueue(r)
-    second = q.open()[1]
+    second = open_escalations(q)[1]
     taken = q.claim_entry(second.entry_id, "ann")
     assert (taken.message.job_id, taken.holder) == ("j2", "ann")
-    assert {(e.message.job_id, e.holder) for e in q.open()} == {("j1", None), ("j2", "ann")}
+    held = {(e.message.job_id, e.holder) for e in open_escalations(q)}
+    assert held == {("j1", None), ("j2", "ann")}
     # Opening it again is harmless for its holder and refused to anyone else.
     assert q.claim_entry(second.entry_id, "ann").holder == "ann"
     with pytest.raises(EscalationNotFound, match="held by ann"):
@@ -39,7 +41,7 @@ def test_claim_entry_takes_that_entry_and_no_other(r: redis.Redis) -> None:
 def test_claim_entry_of_a_closed_or_lapsed_claim(r: redis.Redis) -> None:
     publish(r, refused_escalation("j1"))
     q = EscalationQueue(r, claim_idle_s=0.2)
-    entry = q.open()[0].entry_id
+    entry = open_escalations(q)[0].entry_id
     q.claim_entry(entry, "ann")
     with pytest.raises(EscalationNotFound):
         q.claim_entry(entry, "bob")

@@ -25,6 +25,7 @@ from tests.console.support import (
     refused_escalation,
     sift_escalation,
 )
+from tests.support.open_escalations import open_escalations
 from tests.support.services import redis_database
 from worker.console.decide_form import PAGE_SIZE
 from worker.ledger import Ledger
@@ -59,7 +60,7 @@ def ann(served: str, r: redis.Redis) -> Iterator[Visitor]:
 
 def claimed(r: redis.Redis, ann: Visitor, message: EscalationMessage) -> str:
     publish(r, message)
-    [item] = EscalationQueue(r).open()
+    [item] = open_escalations(EscalationQueue(r))
     assert ann.post(f"/escalations/{item.entry_id}/claim", {}).status_code == 303
     ann.get(f"/escalations/{item.entry_id}")
     return item.entry_id
@@ -177,7 +178,7 @@ def test_a_reply_stream_that_is_not_a_stream_is_named_and_the_escalation_stays_o
     assert tried.status_code == 303
     page = ann.follow(tried)
     assert "nothing was written, the escalation stays open" in page.text
-    [item] = EscalationQueue(r).open()
+    [item] = open_escalations(EscalationQueue(r))
     assert item.holder == "ann"
 
 
@@ -194,7 +195,7 @@ def test_an_entry_whose_reply_to_is_not_a_stream_name_is_unreadable(
 
 
 def _pending(r: redis.Redis) -> list[str]:
-    EscalationQueue(r).open()  # hands every new entry to the group
+    open_escalations(EscalationQueue(r))  # hands every new entry to the group
     pending = r.xpending_range(keys.ESCALATION_STREAM, keys.ESCALATION_GROUP, "-", "+", 100)
     return [p["message_id"].decode() for p in pending]
 

@@ -25,6 +25,7 @@ from shared.settings import Settings
 from shared.streams import read_stream
 from tests.console.server import NO_USERS_FILE, Visitor, console_env
 from tests.console.support import REDIS_DB, REPLIES, publish, refused_escalation
+from tests.support.open_escalations import open_escalations
 from tests.support.services import free_port, redis_database, redis_url
 from worker.console import create_app
 from worker.console.headers import CONTENT_SECURITY_POLICY
@@ -123,7 +124,7 @@ def test_bidi_controls_in_an_escalation_are_shown_not_obeyed(
     publish(r, _bidi_escalation())
     with _visiting(_app(tmp_path), "ann") as ann:
         listing = ann.get("/escalations")
-        [item] = EscalationQueue(r).open()
+        [item] = open_escalations(EscalationQueue(r))
         assert ann.post(f"/escalations/{item.entry_id}/claim", {}).status_code == 303
         detail = ann.get(f"/escalations/{item.entry_id}")
         for page in (listing, detail):

@@ -30,6 +30,7 @@ from tests.console.support import (
     publish,
     refused_escalation,
 )
+from tests.support.open_escalations import open_escalations
 from tests.support.services import redis_database
 from worker.console import menu_checker
 from worker.console.app import _routes
@@ -77,12 +78,12 @@ def logged_in(visitors: dict[str, Visitor], name: str) -> Visitor:
 
 
 def only_entry(r: redis.Redis) -> str:
-    [item] = EscalationQueue(r).open()
+    [item] = open_escalations(EscalationQueue(r))
     return item.entry_id
 
 
 def holders(r: redis.Redis) -> list[str | None]:
-    return [e.holder for e in EscalationQueue(r).open()]
+    return [e.holder for e in open_escalations(EscalationQueue(r))]
 
 
 def test_every_page_needs_a_login(r: redis.Redis, visitors: dict[str, Visitor]) -> None:
@@ -207,7 +208,7 @@ def test_no_key_secret_or_password_hash_is_ever_shown(
     with Ledger(served[1]) as ledger:
         finished_job(ledger, "j1", "b1")
     ann = logged_in(visitors, "ann")
-    entries = [e.entry_id for e in EscalationQueue(r).open()]
+    entries = [e.entry_id for e in open_escalations(EscalationQueue(r))]
     pages = [
         ann.get("/login"),
         ann.get("/escalations"),
@@ -252,7 +253,7 @@ def test_a_refused_answer_shows_its_problem_by_the_field_and_a_good_one_is_publi
     ]
     assert resolution["reviewer"] == "ann" and resolution["job_id"] == "j1"
     assert resolution["answer"] == {"urgent": True, "team": "sales", "mood": 2}
-    assert EscalationQueue(r).open() == []
+    assert open_escalations(EscalationQueue(r)) == []
     assert "resolved j1" in ann.get("/escalations").text
 
 

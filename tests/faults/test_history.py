@@ -38,6 +38,7 @@ from tests.faults.conftest import FleetFactory
 from tests.support.fleet import QUESTIONS, Fleet, Worker, decide_job, profile, wait_until
 from tests.support.history import ResolveAttempt, check_history, collect
 from tests.support.history_handlers import RUNS_ENV, read_runs
+from tests.support.open_escalations import open_escalations
 from tests.support.ownservers import OwnRedis, own_redis
 
 pytestmark = pytest.mark.faults
@@ -234,7 +235,9 @@ def review(
 def resolve_competing(r: redis.Redis, own: dict[str, str], n: int) -> list[ResolveAttempt]:
     """Two reviewers race to resolve each of ``n`` open decision escalations of this run."""
     queue = EscalationQueue(r, claim_idle_s=0)  # either may take it from the other at once
-    items = [e for e in queue.open() if e.message.job_id in own and e.message.kind != "menu"]
+    items = [
+        e for e in open_escalations(queue) if e.message.job_id in own and e.message.kind != "menu"
+    ]
     attempts: list[ResolveAttempt] = []
     for item in items[:n]:
         start = threading.Barrier(2)

@@ -17,6 +17,7 @@ from shared.escalations import EscalationQueue
 from shared.replies import EscalationMessage
 from shared.streams import publish_once
 from tests.fleet.support import flushed
+from tests.support.open_escalations import open_escalations
 from tests.support.ownservers import OwnRedis
 from worker.ledger import Ledger
 from worker.observability.metrics import MetricsServer, Readiness
@@ -151,7 +152,7 @@ def escalate(r: redis.Redis, *job_ids: str) -> None:
 
 
 def as_reviewers_see(queue: EscalationQueue) -> EscalationCounts:
-    found = queue.open()
+    found = open_escalations(queue)
     waiting = sum(1 for item in found if item.holder is None)
     return EscalationCounts(waiting=waiting, claimed=len(found) - waiting)
 
@@ -178,7 +179,7 @@ def test_escalations_trimmed_before_any_reviewer_read_them_are_not_counted(
     with flushed(redis_server) as (r, _url):
         escalate(r, "j1", "j2")
         queue = EscalationQueue(r, on_skip=lambda _entry, _why: None)
-        assert len(queue.open()) == 2  # handed to the group
+        assert len(open_escalations(queue)) == 2  # handed to the group
         escalate(r, "j3", "j4", "j5")  # not read by anyone yet
         r.xtrim(keys.ESCALATION_STREAM, maxlen=1, approximate=False)  # j5 is left
         assert escalation_counts(r) == EscalationCounts(waiting=1, claimed=0)

@@ -24,6 +24,7 @@ from shared.labels import audited
 from shared.replies import EscalationMessage, ResultMessage
 from shared.settings import Settings
 from shared.streams import read_entries, read_stream
+from tests.support.open_escalations import open_escalations
 from tests.support.processes import DECISIONS, decisions_env, faux_server, worker_process
 from tests.support.services import postgres_schema, redis_database, redis_url
 from worker.calibration import store_label_stream
@@ -108,7 +109,7 @@ def run_batch(fleet: dict[str, Any], batch: list[dict[str, Any]], stream: str) -
 def resolve_all(r: redis.Redis) -> dict[str, int]:
     queue = EscalationQueue(r)
     done = {"low_confidence": 0, "audit": 0}
-    for item in queue.open():
+    for item in open_escalations(queue):
         message = item.message
         assert message.answers is not None
         answer = message.answers["urgent"]

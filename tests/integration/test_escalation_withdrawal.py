@@ -21,6 +21,7 @@ from shared.escalations import EscalationQueue
 from shared.job_parsing import parse_job
 from shared.streams import publish_once
 from shared.verdicts import escalation
+from tests.support.open_escalations import open_escalations
 from tests.support.services import redis_database
 
 REDIS_DB = 4
@@ -55,7 +56,7 @@ def _escalate(r: redis.Redis, job_id: str, marker: str | None = None) -> None:
 
 
 def _open_jobs(queue: EscalationQueue) -> list[str]:
-    return sorted(item.message.job_id for item in queue.open())
+    return sorted(item.message.job_id for item in open_escalations(queue))
 
 
 def test_withdrawn_jobs_leave_the_queue_and_a_resolved_one_is_left_alone(r: redis.Redis) -> None:

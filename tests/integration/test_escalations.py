@@ -20,6 +20,7 @@ from shared.job_parsing import parse_job
 from shared.replies import Answer, EscalationMessage
 from shared.streams import publish_once, read_entries, read_stream
 from shared.verdicts import escalation
+from tests.support.open_escalations import open_escalations
 from tests.support.processes import DECISIONS, decisions_env
 from tests.support.services import redis_database, redis_url
 
@@ -101,7 +102,7 @@ def test_two_reviewers_never_hold_the_same_escalation(r: redis.Redis) -> None:
     first = ann.claim("ann")
     assert first is not None and first.message.job_id == "j1"
     assert bob.claim("bob") is None
-    assert [(e.message.job_id, e.holder) for e in bob.open()] == [("j1", "ann")]
+    assert [(e.message.job_id, e.holder) for e in open_escalations(bob)] == [("j1", "ann")]
 
 
 def test_claims_come_oldest_first_and_filter_by_reason_and_batch(r: redis.Redis) -> None:
@@ -154,7 +155,7 @@ def test_resolve_checks_the_answer_publishes_the_resolution_and_closes(r: redis.
     assert resolution.answer == {"team": "sales", "mood": 2, "urgent": True}
     replies = [e for e in read_stream(r, "esc-test:replies") if e.type == "resolution"]
     assert len(replies) == 1 and json.loads(replies[0].message)["reviewer"] == "ann"
-    assert q.open() == []
+    assert open_escalations(q) == []
 
 
 def test_an_interrupted_decision_needs_every_question_answered(r: redis.Redis) -> None:
@@ -246,7 +247,7 @@ def test_two_entries_of_one_job_are_resolved_once(r: redis.Redis) -> None:
         bob.resolve(second.entry_id, "bob", {"team": "billing"})
     assert resolutions(r, "esc-test:other") == []
     assert len(resolutions(r)) == 1
-    assert bob.open() == [], "the refused duplicate is closed too"
+    assert open_escalations(bob) == [], "the refused duplicate is closed too"
 
 
 def test_a_second_entry_of_a_resolved_job_is_never_handed_out(r: redis.Redis) -> None:
@@ -257,7 +258,7 @@ def test_a_second_entry_of_a_resolved_job_is_never_handed_out(r: redis.Redis) ->
     first = q.claim("ann")
     assert first is not None
     q.resolve(first.entry_id, "ann", {"team": "sales"})
-    assert q.open() == [] and q.claim("bob") is None
+    assert open_escalations(q) == [] and q.claim("bob") is None
     assert r.xpending(STREAM, keys.ESCALATION_GROUP)["pending"] == 0
 
 
@@ -277,7 +278,7 @@ def test_an_entry_that_does_not_parse_is_skipped_and_reported(r: redis.Redis) ->
     escalate(r, "j6")
     skipped: list[tuple[str, str]] = []
     q = queue(r, skipped=skipped)
-    assert [e.message.job_id for e in q.open()] == ["j1", "j6"]
+    assert [e.message.job_id for e in open_escalations(q)] == ["j1", "j6"]
     assert [entry_id for entry_id, _ in skipped] == bad_ids
     assert "a_field_from_a_newer_version" in skipped[0][1]
     assert q.claim("ann").message.job_id == "j1"  # type: ignore[union-attr]
@@ -294,7 +295,7 @@ def test_json_nested_too_deep_is_one_skipped_entry(r: redis.Redis) -> None:
     escalate(r, "j3")
     skipped: list[tuple[str, str]] = []
     q = queue(r, skipped=skipped)
-    assert [e.message.job_id for e in q.open()] == ["j1", "j3"]
+    assert [e.message.job_id for e in open_escalations(q)] == ["j1", "j3"]
     assert skipped == [(bad, "its message is not JSON")]
     assert q.claim("ann").message.job_id == "j1"  # type: ignore[union-attr]
 
@@ -304,14 +305,15 @@ def test_entries_trimmed_or_deleted_while_open_are_closed_and_reported(r: redis.
         escalate(r, job_id)
     skipped: list[tuple[str, str]] = []
     q = queue(r, skipped=skipped)
-    ids = [e.entry_id for e in q.open()]  # all four pending in the group now
+    ids = [e.entry_id for e in open_escalations(q)]  # all four pending in the group now
     r.xtrim(STREAM, maxlen=2, approximate=False)  # an operator capping the stream's memory
     r.xdel(STREAM, ids[2])
-    assert [e.message.job_id for e in q.open()] == ["j4"]
+    assert [e.message.job_id for e in open_escalations(q)] == ["j4"]
     gone = "its body is gone (trimmed or deleted from the stream)"
     assert skipped == [(entry_id, gone) for entry_id in ids[:3]]
     assert r.xpending(STREAM, keys.ESCALATION_GROUP)["pending"] == 1  # acknowledged: not open
-    assert [e.message.job_id for e in q.open()] == ["j4"] and len(skipped) == 3  # reported once
+    assert [e.message.job_id for e in open_escalations(q)] == ["j4"]
+    assert len(skipped) == 3  # reported once
 
 
 def test_a_naive_created_at_is_read_as_utc(r: redis.Redis) -> None:
@@ -319,17 +321,17 @@ def test_a_naive_created_at_is_read_as_utc(r: redis.Redis) -> None:
     [good] = list(read_entries(r, STREAM))
     naive = json.loads(good.message) | {"job_id": "j2", "created_at": "2024-01-01T00:00:00"}
     r.xadd(STREAM, {**good.fields, "job_id": "j2", "message": json.dumps(naive)})
-    ages = {e.message.job_id: e.age_s for e in queue(r).open()}
+    ages = {e.message.job_id: e.age_s for e in open_escalations(queue(r))}
     assert ages["j2"] == pytest.approx((datetime.now(UTC) - datetime(2024, 1, 1, tzinfo=UTC))
                                        .total_seconds(), abs=60)
 
 
 def test_the_queue_s_own_consumer_name_cannot_resolve(r: redis.Redis) -> None:
     escalate(r, "j1")
-    [entry] = queue(r).open()
+    [entry] = open_escalations(queue(r))
     with pytest.raises(ValueError, match="reserved"):
         queue(r).resolve(entry.entry_id, QUEUE_CONSUMER, {"team": "sales"})
-    assert resolutions(r) == [] and [e.holder for e in queue(r).open()] == [None]
+    assert resolutions(r) == [] and [e.holder for e in open_escalations(queue(r))] == [None]
 
 
 def _text(value: object) -> str:
