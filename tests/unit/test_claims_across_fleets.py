@@ -199,21 +199,26 @@ def test_a_claim_written_before_the_reach_was_kept_is_judged_as_before(
     assert (settled.status, settled.error_code) == ("unknown", "lease_expired")
 
 
-@pytest.mark.parametrize("reach", [1e300, float("inf")], ids=["huge", "infinite"])
+@pytest.mark.parametrize(
+    "reach", [1e300, float("inf"), float("nan")], ids=["huge", "infinite", "nan"]
+)
 def test_a_far_lease_under_a_damaged_reach_is_not_waited_for(
     scene_of: SceneOf, reach: float
 ) -> None:
     scene = scene_of("damaged", holder={}, reader={"lease_margin_s": 0.0}, deadline_s=0.5)
+    # Five years off, within the cap on a reach (an attack's row: waited for while a reach
+    # of NaN or past the cap was taken as the cap); SQLite stores a NaN as NULL.
+    far = (datetime.now(UTC) + timedelta(days=5 * 365)).replace(microsecond=0)
 
     async def meet() -> CallRow:
         await scene.claim()
         with scene.holder.ledger.engine.begin() as conn:  # by hand, as a damaged row holds
             conn.execute(
                 sa.text("UPDATE calls SET lease_expires = :l, lease_reach_s = :r"),
-                {"l": FAR.replace(tzinfo=None), "r": reach},
+                {"l": far.replace(tzinfo=None), "r": reach},
             )
         call = scene.reader.ledger.get_call("damaged", DECIDE_STEP)
-        assert call is not None and call.lease_expires == FAR
+        assert call is not None and call.lease_expires == far
         return await scene.awaited(call)
 
     settled = asyncio.run(asyncio.wait_for(meet(), 10))
@@ -223,14 +228,14 @@ def test_a_far_lease_under_a_damaged_reach_is_not_waited_for(
 
 @pytest.mark.parametrize(
     ("stored", "trusted"),
-    [(30.0, 30.0), (-5.0, 0.0), (1e300, MAX_REACH_S), (float("inf"), MAX_REACH_S),
-     (float("nan"), MAX_REACH_S), (float("-inf"), 0.0)],
-    ids=["kept", "negative", "huge", "infinite", "nan", "minus-infinite"],
+    [(30.0, 30.0), (-5.0, 0.0), (MAX_REACH_S, MAX_REACH_S), (1e300, None),
+     (float("inf"), None), (float("nan"), None), (float("-inf"), 0.0)],
+    ids=["kept", "negative", "at-the-cap", "huge", "infinite", "nan", "minus-infinite"],
 )  # fmt: skip
 def test_a_stored_reach_is_trusted_only_as_far_as_settings_reach(
-    stored: float, trusted: float
+    stored: float, trusted: float | None
 ) -> None:
-    # NaN reaches a PostgreSQL row (SQLite stores it as NULL); none may make a lease
-    # waited for past what any settings give one.
+    # NaN reaches a PostgreSQL row (SQLite stores it as NULL); one no settings can give is
+    # not trusted at all (None: judged as a row without a reach), not taken as the cap.
     assert trusted_reach(stored) == trusted
     assert MAX_REACH_S == 2 * MAX_SECONDS

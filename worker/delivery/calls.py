@@ -190,9 +190,9 @@ class CallProtocol:
         moved on by renewals, each at most ``renewal`` ahead. Either way a poll's time is
         allowed for the two clocks' readings."""
         slack = timedelta(seconds=CLAIM_POLL_S)
-        if call.lease_reach_s is not None:
-            reach = timedelta(seconds=trusted_reach(call.lease_reach_s))
-            return call.lease_expires > now + reach + slack
+        trusted = None if call.lease_reach_s is None else trusted_reach(call.lease_reach_s)
+        if trusted is not None:
+            return call.lease_expires > now + timedelta(seconds=trusted) + slack
         return now >= self.lease(deadline, started) and (
             call.lease_expires > now + self.renewal() + slack
         )

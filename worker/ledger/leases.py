@@ -91,9 +91,10 @@ def claim_reach(lease_expires: datetime, now: datetime) -> float:
     return max(0.0, (lease_expires - now).total_seconds())
 
 
-def trusted_reach(stored: float) -> float:
-    """A stored reach as far as a reader trusts it: at most ``MAX_REACH_S``, whatever a
-    damaged row holds (NaN and the infinities included), and never below none."""
+def trusted_reach(stored: float) -> float | None:
+    """A stored reach as a reader trusts it: never below none; None for one no settings can
+    give (NaN, past ``MAX_REACH_S``): a damaged row, judged as one without a reach is. (An
+    attack found the cap trusted: a lease five years off under a reach of NaN was waited for.)"""
     if math.isnan(stored) or stored > MAX_REACH_S:
-        return MAX_REACH_S
+        return None
     return max(stored, 0.0)
