@@ -159,3 +159,46 @@ def test_one_failing_step_does_not_skip_the_others(
     failed = [e for e in logs if e["event"] == "reaper.failed"]
     assert failed and {e["step"] for e in failed} == {failing}
     assert all(e["error"] == "RuntimeError" for e in failed)
+
+
+def test_a_claim_left_on_a_finished_job_is_booked_unknown_and_nothing_is_published(
+    ledger_url: str,
+) -> None:
+    """Found by an attack: a worker frozen inside its group commit, whose open transaction
+    claimed a menu turn, while another delivery finished the job (deadline_exceeded: it
+    could not see the uncommitted claim); resumed, the claim committed onto the finished job
+    and stayed ``claimed`` for good, listed by every reaper round and skipped, its budget
+    reservation held. Its lease over, it is booked ``unknown`` at an unknown cost (it may
+    have been sent; no plan is made again for a finished job), and no message goes out: the
+    job has its one terminal message already."""
+    settings = Settings(_env_file=None, ledger_url=ledger_url, faux_url=None)
+    ledger = Ledger.from_settings(settings)
+    ledger.migrate()
+    try:
+        claimed_and_expired(ledger, "c-finished")
+        message = '{"type": "escalation", "job_id": "c-finished"}'
+        ledger.finish_job(
+            job_id="c-finished",
+            message_type="escalation",
+            reason="deadline_exceeded",
+            message_json=message,
+        )
+        faux = FauxProvider()
+        sink = MemorySink()
+        runner = Runner(
+            settings=settings,
+            ledger=ledger,
+            providers=ProviderRegistry.from_settings(settings, faux_transport=faux.transport()),
+            sink=sink,
+        )
+        with capture_logs() as logs:
+            assert asyncio.run(reap_once(ledger, runner)) == 0
+        assert ledger.expired_claims() == []
+        call = ledger.get_call("c-finished", "decide")
+        assert call is not None and (call.status, call.cost_usd) == ("unknown", None)
+        assert sink.snapshot() == [] and faux.total() == 0
+        row = ledger.get_job("c-finished")
+        assert row is not None and row.terminal_reason == "deadline_exceeded"
+        assert [e["event"] for e in logs] == ["reaper.stray_claim_closed"]
+    finally:
+        ledger.dispose()

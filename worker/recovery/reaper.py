@@ -86,7 +86,17 @@ async def reap_once(ledger: Ledger, runner: Runner, *, now: datetime | None = No
         where = {"job_id": call.job_id, "step": call.step, "provider": call.provider}
         try:
             row = await asyncio.to_thread(ledger.get_job, call.job_id)
-            if row is None or row.terminal_message is not None:
+            if row is None:
+                continue
+            if row.terminal_message is not None:
+                # A claim committed onto a job already finished (found by an attack: a worker
+                # frozen inside its group commit, while another delivery, not seeing the
+                # claim, ended the job): it would stay claimed for good, its reservation
+                # held. It may have been sent; the job's one message is out already, so it
+                # is booked unknown, at an unknown cost (no plan is made again for a
+                # finished job), and nothing is published.
+                await asyncio.to_thread(ledger.expire_claim, job_id=call.job_id, step=call.step)
+                log.warning("reaper.stray_claim_closed", **where)
                 continue
             raw = _stored_job(row.job_json)
             if raw is None:
