@@ -567,3 +567,42 @@ def test_two_first_claims_racing_to_make_a_budget_count_each_call_once(
         assert committed(ledger) == pytest.approx(0.5)  # 0.1 booked + 0.4 reserved
     finally:
         ledger.dispose()
+
+
+def test_a_call_settling_while_its_batchs_budget_is_made_is_counted_once(
+    ledger: Ledger, new_job: Callable[..., JobRow], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by an attack: a claim making its batch's budget (a job's ``budget_usd``, in a
+    batch whose earlier jobs carried none) summed what the batch had spent, then brought the
+    calls in flight under it, each statement its own snapshot (PostgreSQL); a call that
+    settled between the two was in neither (up to 8 calls of 61 missed). Here the call
+    settles, on its own connection, right after the first counting statement, whichever it
+    is: the budget must hold its cost once, beside the new claim's reservation."""
+    flying, first = new_job(batch="b"), new_job(batch="b")
+    claim(ledger, flying.job_id, None)  # no budget yet: no reservation
+    counted: list[str] = []
+    settler: list[threading.Thread] = []
+    settled = outcome("answered", 0.2, "reported")
+
+    def after_first(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            result = real(*args, **kwargs)
+            counted.append(name)
+            if len(counted) == 1:
+                thread = threading.Thread(
+                    target=ledger.record, kwargs={"job_id": flying.job_id, "outcome": settled}
+                )
+                thread.start()
+                thread.join(timeout=1.0)  # done, or waiting for a row this statement holds
+                settler.append(thread)
+            return result
+
+        return counting
+
+    for name in ("spent_so_far", "bring_in_flight"):
+        monkeypatch.setattr(budget_ops, name, after_first(name, getattr(budget_ops, name)))
+    claim(ledger, first.job_id, 0.1, budget=1.0)  # makes the budget
+    settler[0].join(timeout=30)
+    call = ledger.get_call(flying.job_id, "decide")
+    assert call is not None and call.status == "answered"
+    assert committed(ledger) == pytest.approx(0.3)

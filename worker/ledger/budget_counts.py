@@ -77,8 +77,9 @@ def spent_that_day(conn: Connection, scope: str) -> float:
     day = day_calls(scope)
     if day is None:  # not a scope ``day_scope`` made: nothing to count it by
         return 0.0
+    # Not the calls under it: ``bring_in_flight`` ran first, and those settle into it.
     stmt = select(func.coalesce(func.sum(calls.c.cost_usd), 0.0)).where(
-        day & calls.c.status.in_(sorted(SENT_STATUSES))
+        day & calls.c.status.in_(sorted(SENT_STATUSES)) & not_under(scope)
     )
     return float(conn.execute(stmt).scalar_one())
 

@@ -170,15 +170,19 @@ def _ensure(
         # the winner's reserved call in flight under the budget a second time, and its
         # settlement moved the budget twice.
         return None
+    # In flight first, then what was spent outside it, each statement its own snapshot
+    # (PostgreSQL): a call settling between them is then either brought in (its record
+    # waits for this row lock, then settles into the budget) or settled first (the sum sees
+    # it). The other order counted such a call nowhere (found by an attack).
     spent = flying = 0.0
     if batch is not None:
-        spent = spent_so_far(conn, batch)
         flying = bring_in_flight(conn, scope, batch_calls(batch))
+        spent = spent_so_far(conn, batch, outside=scope)
     elif scope.startswith(DAY_PREFIX):
-        spent = spent_that_day(conn, scope)
         day = day_calls(scope)
         if day is not None:
             flying = bring_in_flight(conn, scope, day)
+        spent = spent_that_day(conn, scope)
     if spent + flying:
         adjust(conn, scope, spent + flying, now)
     return spent
