@@ -40,7 +40,10 @@ Left as they are: only the transaction that made the budget counts late claims (
 ``budget set`` finds it made); if its process dies between the two steps, late claims stay
 uncounted, as before. A late call that settled is counted by its booked cost, as what was
 spent before the budget is. A budget made by a job's ``budget_usd`` (in a claim) or a daily
-ceiling is not covered: every claim of such a batch, or of the fleet, carries it.
+ceiling is not covered: a claim cannot wait for other transactions inside its own. That
+misses only claims that carry no budget ask while the budget is made (an attack measured 2
+to 8 of 61: a batch whose earlier jobs carried no ``budget_usd``; a fleet rolling a daily
+ceiling out), so README says to put ``budget_usd`` on every job of a batch.
 """
 
 from __future__ import annotations
