@@ -17,10 +17,8 @@ import pytest
 from shared.fingerprint import job_fingerprint
 from shared.job_parsing import parse_job
 from shared.settings import Settings
-from worker.delivery.sinks import MemorySink
-from worker.kinds.dispatch import Runner
+from tests.support.runners import faux_runner
 from worker.ledger import CallOutcome, Claim, JobFinished, JobRow, Ledger
-from worker.providers import ProviderRegistry
 from worker.testing.faux import FauxProvider
 
 NewJob = Callable[..., JobRow]
@@ -135,13 +133,7 @@ def test_a_delivery_that_read_the_job_open_sends_nothing_once_it_is_finished(
         lease_expires=ledger.now().replace(year=2099),
     )
     ledger.record(job_id="raced", outcome=not_sent())
-    sink = MemorySink()
-    runner = Runner(
-        settings=settings,
-        ledger=ledger,
-        providers=ProviderRegistry.from_settings(settings, faux_transport=faux.transport()),
-        sink=sink,
-    )
+    runner, faux, sink = faux_runner(settings, ledger, faux)
 
     assert asyncio.run(runner.run_one(raw)) == "escalation"
 

@@ -19,13 +19,13 @@ import sqlalchemy as sa
 
 from shared.replies import Reply, parse_reply
 from shared.settings import Settings
+from tests.support.runners import faux_runner
 from worker.delivery.sinks import MemorySink
 from worker.kinds.dispatch import Runner
 from worker.kinds.menus import MenuRunner
 from worker.kinds.menus.handlers import load_handlers
 from worker.ledger import Ledger
 from worker.ledger.models import calls, jobs
-from worker.providers import ProviderRegistry
 from worker.runtimes import RuntimeRegistry
 from worker.testing.faux import FauxChatBehaviour, FauxChatReply, FauxProvider
 
@@ -108,14 +108,7 @@ class Harness:
         )
         ledger = Ledger.from_settings(config)
         ledger.migrate()
-        faux = FauxProvider()
-        sink = MemorySink()
-        runner = Runner(
-            settings=config,
-            ledger=ledger,
-            providers=ProviderRegistry.from_settings(config, faux_transport=faux.transport()),
-            sink=sink,
-        )
+        runner, faux, sink = faux_runner(config, ledger)
         runtimes = RuntimeRegistry.from_settings(config, faux_transport=faux.transport())
         harness = cls(config, ledger, faux, sink, runner, None)  # type: ignore[arg-type]
         harness.menus = MenuRunner(

@@ -17,15 +17,12 @@ from structlog.testing import capture_logs
 from shared.fingerprint import job_fingerprint
 from shared.job_parsing import parse_job
 from shared.settings import Settings
-from worker.delivery.sinks import MemorySink
-from worker.kinds.dispatch import Runner
+from tests.support.runners import faux_runner
 from worker.ledger import Ledger
 from worker.ledger.models import calls, jobs
 from worker.process import context
-from worker.providers import ProviderRegistry
 from worker.recovery import reaper
 from worker.recovery.reaper import ReaperThread, reap_once
-from worker.testing.faux import FauxProvider
 
 BODY_MARK = "where is my parcel"
 
@@ -93,14 +90,7 @@ def test_an_unreadable_expired_claim_is_skipped_and_the_others_are_booked(
             conn.execute(
                 sa.update(jobs).where(jobs.c.job_id == "a-poison").values(job_json=job_json)
             )
-        faux = FauxProvider()
-        sink = MemorySink()
-        runner = Runner(
-            settings=settings,
-            ledger=ledger,
-            providers=ProviderRegistry.from_settings(settings, faux_transport=faux.transport()),
-            sink=sink,
-        )
+        runner, faux, sink = faux_runner(settings, ledger)
         with capture_logs() as logs:
             assert asyncio.run(reap_once(ledger, runner)) == 1
         assert {c.job_id: c.status for c in ledger.expired_claims()} == {"a-poison": "claimed"}
@@ -183,14 +173,7 @@ def test_a_claim_left_on_a_finished_job_is_booked_unknown_and_nothing_is_publish
             reason="deadline_exceeded",
             message_json=message,
         )
-        faux = FauxProvider()
-        sink = MemorySink()
-        runner = Runner(
-            settings=settings,
-            ledger=ledger,
-            providers=ProviderRegistry.from_settings(settings, faux_transport=faux.transport()),
-            sink=sink,
-        )
+        runner, faux, sink = faux_runner(settings, ledger)
         with capture_logs() as logs:
             assert asyncio.run(reap_once(ledger, runner)) == 0
         assert ledger.expired_claims() == []

@@ -15,11 +15,8 @@ import pytest
 import worker.kinds.decide as decide_kind
 from shared.replies import parse_reply
 from shared.settings import Settings
-from worker.delivery.sinks import MemorySink
-from worker.kinds.dispatch import Runner
+from tests.support.runners import faux_runner
 from worker.ledger import Ledger
-from worker.providers import ProviderRegistry
-from worker.testing.faux import FauxProvider
 
 
 def _job(job_id: str) -> dict[str, Any]:
@@ -45,14 +42,7 @@ def test_an_unplannable_job_is_rejected_and_the_rest_of_its_chunk_answered(
     settings = Settings(_env_file=None, ledger_url=f"sqlite:///{tmp_path / 'l.db'}", faux_url=None)
     ledger = Ledger.from_settings(settings)
     ledger.migrate()
-    faux = FauxProvider()
-    sink = MemorySink()
-    runner = Runner(
-        settings=settings,
-        ledger=ledger,
-        providers=ProviderRegistry.from_settings(settings, faux_transport=faux.transport()),
-        sink=sink,
-    )
+    runner, faux, sink = faux_runner(settings, ledger)
     try:
         types = asyncio.run(runner.run_chunk([_job("good-1"), _job("bad"), _job("good-2")]))
     finally:
