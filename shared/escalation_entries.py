@@ -4,7 +4,11 @@
 entry that does not parse (a field a newer version adds, a damaged message) or that no
 reviewer could answer (not an escalation, no reply stream) is skipped and reported to a
 ``SkipReporter`` with why, never an error for every reviewer: one bad entry must not stop
-the queue. ``OpenEscalation`` is an entry still open in ``shared.escalations``' queue.
+the queue. That includes a decide escalation whose questions no answer could be checked
+against (``shared.resolutions.questions_problem``): the console lists it as unreadable, and
+the queue's claim used to hand it to a reviewer who could then neither see a form for it nor
+resolve it, nor give it to anyone who could. ``OpenEscalation`` is an entry still open in
+``shared.escalations``' queue.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pydantic import ValidationError
 
 from shared import keys
 from shared.replies import EscalationMessage, parse_reply
+from shared.resolutions import questions_problem
 
 __all__ = ["OpenEscalation", "SkipReporter", "decode_entry"]
 
@@ -68,6 +73,11 @@ def decode_entry(
     reply_to = fields.get("reply_to") or message.reply_to or ""
     if not keys.is_reply_name(reply_to):
         on_skip(entry_id, f"its reply_to {reply_to[:80]!r} is not a stream name")
+        return None
+    # A menu's answer is checked against its own options (``menu_checker``), not questions.
+    unanswerable = None if message.kind == "menu" else questions_problem(message)
+    if unanswerable is not None:
+        on_skip(entry_id, unanswerable)
         return None
     return message, reply_to
 

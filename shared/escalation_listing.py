@@ -4,9 +4,9 @@ parse: what the console's pages and ``decisions escalations list`` show.
 The pages read through the queue's own Redis stream and group, as ``EscalationQueue``
 does, each entry on its own: one that ``decode_entry`` skips (it does not parse, a field a
 newer version adds, a damaged message; it is no escalation; its ``reply_to`` is not a stream
-name: the queue skips it, it could never be claimed) or whose questions cannot be read
-(``shared.resolutions.questions_problem``: no answer could be checked against them, and the
-console could build no form of them) is listed as unreadable, by id and with why, instead
+name; its questions cannot be read, so no answer could be checked against them and the
+console could build no form of them: the queue skips it too, it can never be claimed) is
+listed as unreadable, by id and with why, instead
 of failing the page for every reviewer, and the detail page reads its one entry instead of
 parsing every open one (a 10,000-item sift escalation is megabytes of JSON). Claims,
 releases and resolutions still go through ``EscalationQueue``.
@@ -31,7 +31,6 @@ from shared.escalation_entries import decode_entry
 from shared.escalation_unreadable import note_unreadable
 from shared.escalations import QUEUE_CONSUMER, EscalationQueue, OpenEscalation
 from shared.replies import EscalationMessage
-from shared.resolutions import questions_problem
 
 __all__ = ["MAX_READ_BYTES", "PAGE_ROWS", "SCAN_LIMIT", "Listing", "find_open", "list_open"]
 
@@ -75,6 +74,7 @@ def list_open(
     summary: Any = queue.redis.xpending(queue.stream, queue.group)
     items: list[OpenEscalation] = []
     unreadable: list[tuple[str, str]] = []
+    readable: list[str] = []
     last = after
     scanned = read = 0
     while len(items) < limit and scanned < SCAN_LIMIT and read < MAX_READ_BYTES:
@@ -87,6 +87,7 @@ def list_open(
         for item in pending:
             entry_id = _text(item["message_id"])
             pipe.xrange(queue.stream, min=entry_id, max=entry_id)
+        chunk: list[OpenEscalation] = []
         for item, rows in zip(pending, pipe.execute(), strict=True):
             last = _text(item["message_id"])
             scanned += 1
@@ -94,12 +95,23 @@ def list_open(
             found = _entry(item, rows)
             if isinstance(found, tuple):
                 unreadable.append(found)
-            elif found is not None and _matches(found.message, reason, batch):
-                items.append(found)
-            if len(items) >= limit or scanned >= SCAN_LIMIT or read >= MAX_READ_BYTES:
+            elif found is not None:
+                readable.append(found.entry_id)
+                if _matches(found.message, reason, batch):
+                    chunk.append(found)
+            if len(items) + len(chunk) >= limit or scanned >= SCAN_LIMIT or read >= MAX_READ_BYTES:
                 break
+        # A second entry of a job resolved already is closed, as the claim closes it: listed,
+        # a reviewer would open what no one can resolve.
+        items += queue.without_resolved(chunk)
     # The gauge counts these apart from the waiting ones (no scrape reads the bodies).
-    note_unreadable(queue.redis, queue.stream, queue.group, [e for e, _why in unreadable])
+    note_unreadable(
+        queue.redis,
+        queue.stream,
+        queue.group,
+        [e for e, _why in unreadable],
+        readable=readable,
+    )
     more = last is not None and bool(
         queue.redis.xpending_range(queue.stream, queue.group, f"({last}", "+", 1)
     )
@@ -134,7 +146,11 @@ def find_open(queue: EscalationQueue, entry_id: str) -> OpenEscalation | None:
     found = _entry(pending[0], rows)
     if isinstance(found, tuple):
         note_unreadable(queue.redis, queue.stream, queue.group, [found[0]])
-    return found if isinstance(found, OpenEscalation) else None
+        return None
+    if found is None:
+        return None
+    note_unreadable(queue.redis, queue.stream, queue.group, [], readable=[found.entry_id])
+    return next(iter(queue.without_resolved([found])), None)
 
 
 def _entry(pending: Any, rows: Any) -> OpenEscalation | tuple[str, str] | None:
@@ -145,11 +161,6 @@ def _entry(pending: Any, rows: Any) -> OpenEscalation | tuple[str, str] | None:
     if decoded is None:
         return (entry_id, problems[0]) if problems else None
     message, reply_to = decoded
-    # The claim takes it, but a decide form cannot be built of questions of another shape,
-    # nor an answer checked against them.
-    problem = None if message.kind == "menu" else questions_problem(message)
-    if problem is not None:
-        return entry_id, problem
     holder = _text(pending["consumer"])
     return OpenEscalation(
         entry_id=entry_id,

@@ -9,7 +9,10 @@ counted such an entry as waiting for good. So the readers that meet one record i
 by the id's milliseconds) and the gauge counts the recorded ones still open as
 ``unreadable``. An entry is recorded once a reader met it (a claim, a list and the console's
 pages read from the oldest), and forgotten when it is acknowledged because its body is gone
-(``forget_unreadable``). The gauge passes over recorded ids no longer pending (acknowledged
+(``forget_unreadable``) or when a reader reads it after all (a reader of an older version,
+which could not parse a field a newer one adds, recorded it: while a fleet is being
+upgraded the two may record and forget it in turn, and once it is upgraded the record is
+right). The gauge passes over recorded ids no longer pending (acknowledged
 by hand) or trimmed, so a stale id never counts; they are dropped when the record is full.
 The record keeps at most ``MAX_UNREADABLE`` ids, the oldest: past them the gauge counts the
 rest as waiting, as it counted all of them before.
@@ -31,17 +34,28 @@ MAX_UNREADABLE = 10_000
 
 
 def note_unreadable(
-    client: redis.Redis, stream: str, group: str, entry_ids: Collection[str]
+    client: redis.Redis,
+    stream: str,
+    group: str,
+    entry_ids: Collection[str],
+    *,
+    readable: Collection[str] = (),
 ) -> None:
     """Record that no reviewer can answer the entries ``entry_ids`` of ``stream`` (read
-    through ``group``): one round trip, unless the record is full."""
-    if not entry_ids:
+    through ``group``), and that one can answer those of ``readable``: one round trip,
+    unless the record is full."""
+    if not entry_ids and not readable:
         return
     key = keys.escalation_unreadable(stream)
     pipe = client.pipeline(transaction=False)
+    if readable:
+        pipe.zrem(key, *readable)
+    if not entry_ids:
+        pipe.execute()
+        return
     pipe.zadd(key, {entry_id: _millis(entry_id) for entry_id in entry_ids})
     pipe.zcard(key)
-    count = int(pipe.execute()[1])
+    count = int(pipe.execute()[-1])
     if count <= MAX_UNREADABLE:
         return
     # Full: first drop the ids no longer open (acknowledged by hand, or after a trim) ...

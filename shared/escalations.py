@@ -197,8 +197,11 @@ class EscalationQueue:
                     idle_s=int(item["time_since_delivered"]) / 1000,
                 )
             )
-        # The gauge counts these apart from the waiting ones (no scrape reads the bodies).
-        note_unreadable(self.redis, self.stream, self.group, skipped)
+        # The gauge counts these apart from the waiting ones (no scrape reads the bodies);
+        # an entry this reader can read is no longer counted so, whoever recorded it.
+        note_unreadable(
+            self.redis, self.stream, self.group, skipped, readable=[e.entry_id for e in found]
+        )
         if gone:
             # Pending in the group with no body (a trim, XTRIM, or XDEL removed it): nobody
             # can ever open it, and left pending it was counted as open for good. A stream
@@ -207,11 +210,12 @@ class EscalationQueue:
             forget_unreadable(self.redis, self.stream, gone)
             for entry_id in gone:
                 self.on_skip(entry_id, "its body is gone (trimmed or deleted from the stream)")
-        return self._without_resolved(found)
+        return self.without_resolved(found)
 
-    def _without_resolved(self, found: list[OpenEscalation]) -> list[OpenEscalation]:
+    def without_resolved(self, found: list[OpenEscalation]) -> list[OpenEscalation]:
         """``found`` less the entries of jobs resolved already (a second entry of one job,
-        as the escalation stream could hold before it took one a job): those are closed."""
+        as the escalation stream could hold before it took one a job): those are closed
+        (acknowledged), so that no reader lists or hands out what cannot be resolved."""
         if not found:
             return found
         pipe = self.redis.pipeline(transaction=False)
@@ -292,9 +296,16 @@ class EscalationQueue:
             rows: Any = self.redis.xrange(self.stream, min=entry_id, max=entry_id)
         except redis.ResponseError:  # not an entry id at all
             rows = None
-        entry = decode_entry(entry_id, rows, self.on_skip)
+        why: list[str] = []
+
+        def skip(skipped: str, reason: str) -> None:
+            why.append(reason)
+            self.on_skip(skipped, reason)
+
+        entry = decode_entry(entry_id, rows, skip)
         if entry is None:
-            raise EscalationNotFound(f"no escalation {entry_id} that can be answered")
+            detail = f" ({why[0]})" if why else ""
+            raise EscalationNotFound(f"no escalation {entry_id} that can be answered{detail}")
         message, reply_to = entry
         # Who holds it, and whether the job was resolved, before the answer is checked (a
         # big answer's check takes a while); the resolving call checks both again.

@@ -16,7 +16,9 @@ import pytest
 import redis
 
 from shared import keys
-from shared.escalation_listing import list_open
+from shared.errors import EscalationNotFound
+from shared.escalation_listing import find_open, list_open
+from shared.escalation_unreadable import note_unreadable
 from shared.escalations import EscalationQueue
 from shared.replies import EscalationMessage, ResultMessage
 from tests.support.services import REDIS_HOST, REDIS_PORT, unavailable
@@ -131,3 +133,80 @@ def test_counting_20000_open_entries_reads_no_body(stream: tuple[redis.Redis, st
         assert counting.sent <= 8  # XINFO x2, XPENDING, ZRANGEBYSCORE, one XPENDING per id
     finally:
         counting.close()
+
+
+def bad_questions(job_id: str) -> dict[str, str]:
+    """An escalation that parses, whose questions no answer can be checked against."""
+    message = EscalationMessage(
+        job_id=job_id, reason="decision_refused", context={"questions": ["not", "an object"]}
+    )
+    return {"job_id": job_id, "type": "escalation", "reply_to": "replies",
+            "message": message.to_json()}
+
+
+def test_the_claim_passes_over_questions_no_answer_can_be_checked_against(
+    stream: tuple[redis.Redis, str],
+) -> None:
+    # Before, the claim handed it to a reviewer, who could neither see a form for it nor
+    # resolve it; the console listed the same entry as unreadable.
+    r, name = stream
+    bad = r.xadd(name, bad_questions("jb")).decode()
+    good = r.xadd(name, escalation("jg")).decode()
+    skipped: list[tuple[str, str]] = []
+    claimed = EscalationQueue(r, stream=name, on_skip=lambda e, why: skipped.append((e, why)))
+    taken = claimed.claim("ann")
+    assert taken is not None and taken.entry_id == good
+    assert skipped == [(bad, "its questions are not an object: it cannot be resolved")]
+    assert counts(r, name) == EscalationCounts(waiting=0, claimed=1, unreadable=1)
+    # Nor can it be resolved by anyone who took it by hand: refused, saying why.
+    r.execute_command("XCLAIM", name, GROUP, "bob", 0, bad)
+    with pytest.raises(EscalationNotFound, match="questions are not an object"):
+        queue(r, name).resolve(bad, "bob", {"q": "yes"})
+
+
+def test_a_reader_that_can_read_an_entry_forgets_an_older_readers_mark(
+    stream: tuple[redis.Redis, str],
+) -> None:
+    # A reader of an older version, which could not parse a field a newer one adds, recorded
+    # the entry: before, the mark stayed and the gauge counted it unreadable for good.
+    r, name = stream
+    first = r.xadd(name, escalation("j1")).decode()
+    second = r.xadd(name, escalation("j2")).decode()
+    record = keys.escalation_unreadable(name)
+    queue(r, name).sync()
+    note_unreadable(r, name, GROUP, [first, second])  # as the older reader did
+    assert counts(r, name).unreadable == 2
+    list_open(queue(r, name))
+    assert r.zcard(record) == 0
+    assert counts(r, name) == EscalationCounts(waiting=2, claimed=0, unreadable=0)
+    note_unreadable(r, name, GROUP, [second])
+    queue(r, name).claim("ann")  # the claim's page reads both
+    assert counts(r, name) == EscalationCounts(waiting=1, claimed=1, unreadable=0)
+
+
+def test_the_list_closes_a_second_entry_of_a_job_resolved_already(
+    stream: tuple[redis.Redis, str],
+) -> None:
+    # The stream could hold two entries of one job before it took one a job; the claim
+    # closed the second once the first was resolved, but the list still showed it, and a
+    # reviewer opening it met "already resolved".
+    r, name = stream
+    job, reply_to = f"twice-{uuid.uuid4().hex}", f"replies-{uuid.uuid4().hex}"
+    labels = f"{name}:labels"
+    q = EscalationQueue(r, stream=name, label_stream=labels, on_skip=lambda _e, _why: None)
+
+    def entry(job_id: str) -> str:
+        message = EscalationMessage(job_id=job_id, reason="decision_refused")
+        fields = {"job_id": job_id, "type": "escalation", "reply_to": reply_to,
+                  "message": message.to_json()}
+        return r.xadd(name, fields).decode()  # type: ignore[arg-type]
+
+    first, second, other = entry(job), entry(job), entry(f"once-{uuid.uuid4().hex}")
+    try:
+        q.resolve(q.claim_entry(first, "ann").entry_id, "ann", {})
+        page = list_open(q)
+        assert [item.entry_id for item in page.items] == [other]
+        assert counts(r, name).open == 1  # the second entry acknowledged, not left open
+        assert find_open(q, second) is None
+    finally:
+        r.delete(keys.resolved_record(job), keys.reply_stream(reply_to), labels)
