@@ -102,6 +102,40 @@ def test_a_crash_between_packed_requests_repeats_none_of_them(
     assert {f"item.{i}" for i in interrupted} <= set(reply.context["questions"])
 
 
+def redelivered_after_a_deploy(
+    tmp_path: Path,
+    server: FauxServer,
+    job: dict[str, Any],
+    dies: type[DiesAfterClaiming],
+    *,
+    before: str,
+    after: str,
+) -> tuple[Ledger, EscalationMessage]:
+    """``job`` run with ``before`` as the default provider until ``dies`` kills it, then
+    delivered again, its leases run out, with ``after`` as the default: the ledger and the
+    job's one terminal message (an escalation)."""
+    first = settings_for(tmp_path, server.url, default_provider=before)
+    ledger = dies.from_settings(first)
+    ledger.migrate()
+    runner = Runner(
+        settings=first, ledger=ledger, providers=ProviderRegistry.from_settings(first),
+        sink=MemorySink(),
+    )
+    with pytest.raises(Crash):
+        asyncio.run(runner.run_one(job))
+    expire_leases(ledger, job["id"])
+    second = settings_for(tmp_path, server.url, default_provider=after)
+
+    run_batch([job], settings=second, out_dir=tmp_path / "out", timeout_s=60)
+
+    [line] = (tmp_path / "out" / "escalations.jsonl").read_text().splitlines()
+    reply = parse_reply(line)
+    assert isinstance(reply, EscalationMessage) and reply.reason == "decision_interrupted"
+    assert reply.items is not None
+    assert {i.status for i in reply.items} == {"interrupted"}
+    return ledger, reply
+
+
 def test_a_delivery_planned_otherwise_never_takes_another_requests_answers(
     tmp_path: Path, server: FauxServer
 ) -> None:
@@ -109,24 +143,30 @@ def test_a_delivery_planned_otherwise_never_takes_another_requests_answers(
     # deploy, with the faux (all 350 items fit one request): the stored sift.0 is not the
     # request this delivery would send, so its answers are not read as this plan's.
     job = sift_job("moved", [f"message {i:04d}" for i in range(350)])
-    before = settings_for(tmp_path, server.url, default_provider="parallel")
-    ledger = DiesAfterClaiming.from_settings(before)
-    ledger.migrate()
-    runner = Runner(
-        settings=before, ledger=ledger, providers=ProviderRegistry.from_settings(before),
-        sink=MemorySink(),
+    _ledger, reply = redelivered_after_a_deploy(
+        tmp_path, server, job, DiesAfterClaiming, before="parallel", after="faux"
     )
-    with pytest.raises(Crash):
-        asyncio.run(runner.run_one(job))
-    expire_leases(ledger, "moved")
-    after = settings_for(tmp_path, server.url, default_provider="faux")
-
-    run_batch([job], settings=after, out_dir=tmp_path / "out", timeout_s=60)
-
     assert server.provider.calls() == {"moved/sift.0": 1}
-    [line] = (tmp_path / "out" / "escalations.jsonl").read_text().splitlines()
-    reply = parse_reply(line)
-    assert isinstance(reply, EscalationMessage) and reply.reason == "decision_interrupted"
-    assert reply.items is not None
-    assert {i.status for i in reply.items} == {"interrupted"}
     assert "another request" in reply.detail
+
+
+class DiesAfterClaimingTheFirst(DiesAfterClaiming):
+    step = "sift.0"
+
+
+def test_items_of_an_unknown_request_are_not_asked_again_by_a_plan_of_more_requests(
+    tmp_path: Path, server: FauxServer
+) -> None:
+    # Found by an attack: first delivered with the faux as the default (all 350 items in one
+    # request), killed after its claim; then, after a deploy, with Parallel (100 items a
+    # request). sift.0 was reported interrupted, but sift.1 to sift.3 had no rows and were
+    # claimed and sent: items 100 to 349, whose request's outcome is unknown, paid again.
+    job = sift_job("grown", [f"message {i:04d}" for i in range(350)])
+    ledger, reply = redelivered_after_a_deploy(
+        tmp_path, server, job, DiesAfterClaimingTheFirst, before="faux", after="parallel"
+    )
+    assert server.provider.calls() == {}
+    assert reply.items is not None and len(reply.items) == 350
+    with ledger.engine.connect() as conn:  # nothing claimed for the steps never sent
+        steps = conn.execute(sa.select(calls.c.step).where(calls.c.job_id == "grown")).all()
+    assert [s for (s,) in steps] == ["sift.0"]

@@ -13,7 +13,15 @@ an outcome for it, which counts.
 A stored call whose request is not the one this delivery planned (its digest differs: the
 worker's settings changed between deliveries, so the items were packed otherwise) is not
 replayed as if it were: its answers could belong to other items. It counts as interrupted
-(never sent again), so a person sees those items.
+(never sent again), so a person sees those items. And from there on this delivery claims
+nothing new: the earlier delivery's requests held other items than this plan's steps do, so
+a step of this plan with no row of its own may hold items an earlier request carried, with
+an outcome nobody knows (found by an attack: 350 items sent in one request, its worker
+killed, then redelivered after a deploy that packs 100 a request; the first step was
+reported interrupted, the three after it claimed afresh and items 100 to 349 paid again).
+Its remaining steps count as interrupted too, unless a row of their own settles them. Steps
+go in order on every delivery, so two deliveries planned otherwise meet at the first step
+whose requests differ, and the one that finds the other's there stops.
 """
 
 from __future__ import annotations
@@ -44,6 +52,9 @@ class JobCalls:
         #: The job, whose batch's budget (and the fleet's daily ceilings) each step reserves
         #: against; None: no budget applies.
         self.job = job
+        #: The first step an earlier delivery sent as another request (None: none met): past
+        #: it, nothing is claimed afresh.
+        self.planned_otherwise: str | None = None
 
     async def call(self, planned: PlannedCall) -> StepResult | JobRow:
         """The step's result; or the job's row if another delivery finished the job meanwhile."""
@@ -55,6 +66,16 @@ class JobCalls:
             return StepResult(
                 step, "late", None, reason="deadline_exceeded",
                 detail=f"{step} was due after the job's deadline; not sent",
+            )
+        if self.planned_otherwise is not None:
+            earlier = await delivery.earlier_call(self.job_id, step)
+            if earlier is not None:
+                return await self._settle(planned, earlier)
+            return StepResult(
+                step, "unknown", None, reason="decision_interrupted",
+                detail=f"{step} was not sent: an earlier delivery sent "
+                f"{self.planned_otherwise} as another request (the worker's settings "
+                "changed), so its items may have gone in a request whose outcome is unknown",
             )
         claim = await delivery.claim(
             self.job_id,
@@ -106,6 +127,7 @@ class JobCalls:
             return settled
         receipt = stored_receipt(settled)
         if settled.request_sha256 != planned.prepared.request_sha256:
+            self.planned_otherwise = self.planned_otherwise or step
             return StepResult(
                 step, "unknown", receipt, reason="decision_interrupted",
                 detail=f"{step} was sent by an earlier delivery as another request "
