@@ -20,6 +20,7 @@ import pytest
 import redis
 import sqlalchemy as sa
 from pydantic import ValidationError
+from structlog.testing import capture_logs
 
 from shared import keys
 from shared.client import Client
@@ -61,8 +62,21 @@ def test_a_redis_without_persistence_is_refused_naming_it_and_the_fix(volatile: 
 
 
 def test_aof_is_persistence() -> None:
-    with own_redis() as server:
+    with own_redis() as server, capture_logs() as logs:
         assert check_streams_durable(settings_for(server)) is None
+    assert not [e for e in logs if e["event"] == "streams.snapshots_only"]
+
+
+def test_snapshots_alone_start_and_say_what_a_restore_loses(volatile: OwnRedis) -> None:
+    # Found by an attack: a resolution lives in Redis alone until a reaper round stores it in
+    # the ledger; a Redis back from an older snapshot forgot it, and a republish put its
+    # escalation back for a second reviewer. Snapshots are accepted, but said to lose that.
+    client = redis.Redis.from_url(volatile.url())
+    client.config_set("save", "3600 1")
+    with capture_logs() as logs:
+        assert check_streams_durable(settings_for(volatile)) is None
+    [said] = [e for e in logs if e["event"] == "streams.snapshots_only"]
+    assert "appendonly yes" in said["risk"] and f":{volatile.port}/0" in said["server"]
 
 
 @pytest.mark.parametrize("persist", [False, True])

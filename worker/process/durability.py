@@ -6,7 +6,11 @@ again, but only someone who noticed runs it). So at start the worker asks the st
 Redis whether it persists, by ``CONFIG GET appendonly`` / ``save`` (AOF, or RDB snapshots),
 or, where a managed Redis disables CONFIG, by ``INFO persistence`` (AOF on, or an RDB
 snapshot taken). Without persistence it refuses to start with one line naming the server
-and the fix, unless ``DECISIONS_ACCEPT_VOLATILE_STREAMS=1`` accepts the risk.
+and the fix, unless ``DECISIONS_ACCEPT_VOLATILE_STREAMS=1`` accepts the risk. With RDB
+snapshots alone it starts, and says once (``streams.snapshots_only``) what a restore from a
+snapshot loses: a reviewer's resolution lives in Redis alone until a reaper round stores it
+in the ledger, so a Redis back from an older snapshot forgets it, and a republish puts its
+escalation back for a second reviewer (found by an attack; README "Durable streams").
 
 Accepted or not, the server is reached first (PING, after the SELECT of the URL's database):
 a worker on a streams Redis it cannot use (no such database, nothing listening, the login
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+import structlog
 
 from shared.errors import ConfigurationError
 from shared.scrub import mask_url
@@ -35,6 +40,8 @@ __all__ = [
     "streams_client",
 ]
 
+log = structlog.get_logger("decisions.streams")
+
 #: How long a worker start waits for the streams Redis to answer before refusing.
 REACH_TIMEOUT_S = 10.0
 
@@ -46,6 +53,8 @@ class Persistence:
     durable: bool
     #: How it was found and what it showed: ``appendonly no, save ''``.
     evidence: str
+    #: An append-only file is on (False: snapshots alone, or nothing).
+    aof: bool = False
 
 
 def server_name(client: redis.Redis) -> str:
@@ -66,14 +75,14 @@ def persistence_of(client: redis.Redis) -> Persistence:
     aof = str(config.get("appendonly", "no")).lower() == "yes"
     save = str(config.get("save", "")).strip()
     evidence = f"appendonly {'yes' if aof else 'no'}, save {save!r}"
-    return Persistence(aof or bool(save), evidence)
+    return Persistence(aof or bool(save), evidence, aof)
 
 
 def _from_info(info: dict[str, Any]) -> Persistence:
     aof = int(info.get("aof_enabled", 0)) == 1
     saves = int(info.get("rdb_saves", 0) or 0)
     evidence = f"CONFIG refused; INFO persistence: aof_enabled {int(aof)}, rdb_saves {saves}"
-    return Persistence(aof or saves > 0, evidence)
+    return Persistence(aof or saves > 0, evidence, aof)
 
 
 def check_streams_durable(settings: Settings, client: redis.Redis | None = None) -> str | None:
@@ -98,6 +107,15 @@ def check_streams_durable(settings: Settings, client: redis.Redis | None = None)
             f"the streams Redis at {name} (DECISIONS_REDIS_URL) stopped answering: {exc}"
         ) from None
     if found.durable:
+        if not found.aof:
+            log.warning(
+                "streams.snapshots_only",
+                server=name,
+                evidence=found.evidence,
+                risk="a restore from a snapshot loses the resolutions made since it that no "
+                "reaper round has stored in the ledger yet, and a republish puts their "
+                "escalations back: turn on appendonly yes (appendfsync everysec)",
+            )
         return None
     return (
         f"the streams Redis at {name} (DECISIONS_REDIS_URL) does not persist ({found.evidence}):"
