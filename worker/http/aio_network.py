@@ -104,8 +104,16 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
             return self._writer.get_extra_info("socket")
         if info == "is_readable":
             # asyncio reads eagerly: a peer's close is usually seen already; if not, the
-            # socket says so (its end of file stays readable).
-            if self._reader.at_eof() or self._writer.is_closing():
+            # socket says so (its end of file stays readable). Bytes a peer sent on an idle
+            # connection (a stray response: a 408, a 429, a retransmitted answer) are in the
+            # reader's buffer already, where neither looks (found by an attack: the next
+            # request read them as its answer, and a stray 429 made a request the host had
+            # processed go out again). asyncio has no public way to ask, so its buffer is
+            # read; where it is not found, the connection counts as readable: not reused.
+            buffered = getattr(self._reader, "_buffer", None)
+            if buffered is None or buffered or self._reader.at_eof():
+                return True
+            if self._writer.is_closing():
                 return True
             return _readable(self._writer.get_extra_info("socket"))
         return None

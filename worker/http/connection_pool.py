@@ -172,7 +172,8 @@ class ShardedTransport(httpx.AsyncBaseTransport):
     async def _give_back(
         self, pool: _OriginPool, connection: httpcore.AsyncHTTPConnection
     ) -> None:
-        if connection.is_idle() and not connection.is_closed() and not self._closed:
+        reusable = connection.is_idle() and not connection.is_closed() and not self._closed
+        if reusable and not _holds_unread(connection):
             self._hand_on(pool, connection)
             return
         # Closed (the server said so, or the request failed) or not reusable: its slot
@@ -267,3 +268,20 @@ def drop_read_stream(response: httpx.Response) -> None:
     (``make bench``'s chunked p99 at half rate: 300 to 400 ms). The body is read already,
     so the stream is not needed; replacing it breaks the cycle."""
     response.stream = _READ
+
+
+def _holds_unread(connection: httpcore.AsyncHTTPConnection) -> bool:
+    """Whether the server sent more than the response just read, in the same reads: those
+    bytes wait in h11's buffer, and the connection's next request would read them as its
+    own response (found by an attack: a host that sent one answer twice shifted every later
+    answer on the connection to the next job, and a stray 429 after an answer made the next
+    request, which the host processed, go out again). Such a connection is closed, never
+    reused; httpx's own pool reuses it. httpcore keeps its h11 state on private attributes;
+    where they are not found (another httpcore), the connection is not reused: slower, never
+    wrong (``tests/providers/test_pool_desync.py`` checks that connections are reused)."""
+    state = getattr(getattr(connection, "_connection", None), "_h11_state", None)
+    trailing = getattr(state, "trailing_data", None)
+    if not isinstance(trailing, tuple):
+        return True
+    data, closed = trailing
+    return bool(data) or bool(closed)
