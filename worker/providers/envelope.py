@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 import httpx
 
 from shared.errors import DecisionProviderError, NotStrictJSON
+from shared.json_measure import MAX_INT_DIGITS
 from shared.limits import MAX_ID_CHARS
 from shared.replies import Receipt
 from shared.scrub import remove_secrets
@@ -64,9 +65,14 @@ def answer_json(body: bytes) -> object:
     key scrub reads as UTF-8 and so cannot see the key in, and a ``\\udfff`` escape, a
     string no reply, ledger row or stream entry can be written with (the job was left
     without a terminal message). The surrogate check walks the value only when the text
-    holds such an escape (a few per million answers: an emoji written escaped)."""
+    holds such an escape (a few per million answers: an emoji written escaped).
+
+    And an integer of over ``MAX_INT_DIGITS`` digits, which no float holds: the answer and
+    usage checks (``math.isfinite``) raised ``OverflowError`` on it, which left the provider
+    as a bug with a traceback on the user's terminal, the paid call booked ``unknown`` at no
+    cost (found by an attack: a 401-digit ``usage.input_tokens``)."""
     text = decode_text(body)
-    value = json.loads(text)
+    value = json.loads(text, parse_int=_bounded_int)
     if "\\ud" in text or "\\uD" in text:
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
@@ -75,6 +81,12 @@ def answer_json(body: bytes) -> object:
                 "holds a lone surrogate (a \\ud800 to \\udfff escape not in a pair)"
             ) from None
     return value
+
+
+def _bounded_int(digits: str) -> int:
+    if len(digits) > MAX_INT_DIGITS + 1:  # a minus sign
+        raise NotStrictJSON(f"holds an integer of over {MAX_INT_DIGITS} digits")
+    return int(digits)
 
 
 @dataclass(frozen=True)
