@@ -18,6 +18,7 @@ import json
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
+import httpx
 import pytest
 
 from worker.http.connection_pool import sharded_client
@@ -28,6 +29,7 @@ from worker.providers import (
     SystemOneConfig,
     SystemOneProvider,
     TransportPolicy,
+    TransportResponse,
     send_never_replay,
 )
 
@@ -87,6 +89,17 @@ class KeepAliveHost:
             pass
         finally:
             writer.close()
+
+async def post_job(http: httpx.AsyncClient, host: KeepAliveHost, job: str) -> TransportResponse:
+    """``{"job": job}`` to the host through the providers' transport (never replayed)."""
+    return await send_never_replay(
+        http,
+        OutboundRequest("POST", host.url + "/v1/systemone", json.dumps({"job": job}).encode(), {}),
+        provider="acme",
+        deadline=datetime.now(UTC) + timedelta(seconds=10),
+        auth=AuthSpec(KEY_VAR),
+        policy=POLICY,
+    )
 
 
 def _answer_for(state: str) -> bytes:
@@ -148,15 +161,7 @@ def test_a_stray_429_never_sends_a_processed_request_again(
         ) as http:
             attempts = 0
             for job in ("A", "B"):
-                response = await send_never_replay(
-                    http,
-                    OutboundRequest("POST", host.url + "/v1/systemone",
-                                    json.dumps({"job": job}).encode(), {}),
-                    provider="acme",
-                    deadline=datetime.now(UTC) + timedelta(seconds=10),
-                    auth=AuthSpec(KEY_VAR),
-                    policy=POLICY,
-                )
+                response = await post_job(http, host, job)
                 attempts = response.attempts
                 await asyncio.sleep(0.3)
             return host.processed, attempts
@@ -187,15 +192,7 @@ def test_an_unsolicited_response_while_idle_retires_the_connection(
     async def scenario() -> list[dict]:
         async with Host(answer) as host, sharded_client(max_connections=1, timeout=5) as http:
             for job in ("A", "B"):
-                await send_never_replay(
-                    http,
-                    OutboundRequest("POST", host.url + "/v1/systemone",
-                                    json.dumps({"job": job}).encode(), {}),
-                    provider="acme",
-                    deadline=datetime.now(UTC) + timedelta(seconds=10),
-                    auth=AuthSpec(KEY_VAR),
-                    policy=POLICY,
-                )
+                await post_job(http, host, job)
                 if job == "A":
                     await asyncio.sleep(0.1)
                     writers[0].write(_response(429, b"", "Retry-After: 0"))  # while idle
@@ -223,15 +220,7 @@ def test_a_connection_with_nothing_left_unread_is_reused(monkeypatch: pytest.Mon
             max_connections=1, timeout=5
         ) as http:
             for job in ("A", "B", "C"):
-                await send_never_replay(
-                    http,
-                    OutboundRequest("POST", host.url + "/v1/systemone",
-                                    json.dumps({"job": job}).encode(), {}),
-                    provider="acme",
-                    deadline=datetime.now(UTC) + timedelta(seconds=10),
-                    auth=AuthSpec(KEY_VAR),
-                    policy=POLICY,
-                )
+                await post_job(http, host, job)
                 await asyncio.sleep(0.05)
             return host.processed, host.connections
 
