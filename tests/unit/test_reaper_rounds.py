@@ -77,9 +77,11 @@ def claimed_and_expired(ledger: Ledger, job_id: str) -> None:
     ],
     ids=["not-json", "another-shape", "not-an-object"],
 )
-def test_an_unreadable_expired_claim_is_skipped_and_the_others_are_booked(
+def test_an_unreadable_expired_claim_is_booked_and_its_job_escalated_without_running_it(
     ledger_url: str, job_json: str
 ) -> None:
+    # Before, the claim was left claimed for good (listed and skipped by every round): the
+    # job had no terminal message and its budget reservation stayed held.
     settings = Settings(_env_file=None, ledger_url=ledger_url, faux_url=None)
     ledger = Ledger.from_settings(settings)
     ledger.migrate()
@@ -92,17 +94,24 @@ def test_an_unreadable_expired_claim_is_skipped_and_the_others_are_booked(
             )
         runner, faux, sink = faux_runner(settings, ledger)
         with capture_logs() as logs:
-            assert asyncio.run(reap_once(ledger, runner)) == 1
-        assert {c.job_id: c.status for c in ledger.expired_claims()} == {"a-poison": "claimed"}
-        good = ledger.get_call("b-good", "decide")
-        assert good is not None and good.status == "unknown"
-        # Only the good job's escalation: no rejection goes out for a job whose call may
-        # have been sent, and nothing is sent.
-        assert [(m.job_id, m.type) for m in sink.snapshot()] == [("b-good", "escalation")]
+            assert asyncio.run(reap_once(ledger, runner)) == 2
+        assert ledger.expired_claims() == []
+        for job_id in ("a-poison", "b-good"):
+            call = ledger.get_call(job_id, "decide")
+            assert call is not None and call.status == "unknown"
+        # One escalation each, and no rejection for a job whose call may have been sent;
+        # nothing is sent.
+        sent = sorted((m.job_id, m.type) for m in sink.snapshot())
+        assert sent == [("a-poison", "escalation"), ("b-good", "escalation")]
         assert faux.total() == 0
-        [skipped] = [e for e in logs if e["event"] == "reaper.unreadable_job"]
-        assert skipped["job_id"] == "a-poison" and skipped["step"] == "decide"
+        poison = ledger.get_job("a-poison")
+        assert poison is not None and poison.terminal_reason == "decision_interrupted"
+        assert "no longer reads as a job" in (poison.terminal_message or "")
+        [said] = [e for e in logs if e["event"] == "reaper.unreadable_job"]
+        assert said["job_id"] == "a-poison" and said["step"] == "decide"
         assert all(BODY_MARK not in str(e) and "truncated" not in str(e) for e in logs)
+        # The next round finds nothing left to settle.
+        assert asyncio.run(reap_once(ledger, runner)) == 0
     finally:
         ledger.dispose()
 

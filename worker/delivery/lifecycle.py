@@ -126,6 +126,35 @@ class JobLifecycle:
         stored = await self.finish(job, message, None, provider="-")
         return await self.publish(stored, job.reply_to)
 
+    async def end_unreadable(self, row: JobRow) -> str:
+        """End a job whose stored body no longer reads as a job (damaged, or of a shape this
+        release refuses) and whose calls are all booked: an escalation made of what its row
+        says (id, batch, reply stream) and its calls' receipts, stored (first wins) and
+        published once. Before, the reaper left such a job claimed for good: no terminal
+        message, its reservation held; running it would publish a ``rejected`` for a call
+        that may have been sent."""
+        calls = await self.ledger.calls(row.job_id)
+        message = EscalationMessage(
+            job_id=row.job_id,
+            batch=row.batch,
+            receipts=[stored_receipt(call) for call in calls],
+            reason="decision_interrupted",
+            detail=(
+                f"the {row.kind} job's stored body no longer reads as a job; "
+                f"its calls ({', '.join(c.step for c in calls) or 'none'}) may have been "
+                "sent and are never sent again"
+            ),
+            reply_to=row.reply_to,
+        )
+        stored = await self.ledger.finish_job(
+            job_id=row.job_id,
+            message_type=message.type,
+            reason=message.reason,
+            message_json=message.to_json(),
+            outcome=None,
+        )
+        return await self.publish(stored, row.reply_to)
+
     async def open(self, raw: Any, job: AnyJob) -> JobRow | str:
         """The job's open row; or its terminal type, when it was rejected (same id, other
         content) or replayed (finished before: the stored message is published again)."""

@@ -4,8 +4,11 @@ It books each one ``unknown`` and escalates its job ``decision_interrupted``, by
 job through the runner again, which settles an expired claim without sending. So a job whose
 worker died is reported even if its message was lost with the broker. Several reapers in a
 fleet are safe: expiring is a conditional update and the first terminal message wins. A job
-whose stored body no longer reads as a job (``reaper.unreadable_job``) is left claimed and
-logged each round: running it would publish a ``rejected`` for a call that may have been sent.
+whose stored body no longer reads as a job (``reaper.unreadable_job``) is not run (that would
+publish a ``rejected`` for a call that may have been sent): its claim is booked ``unknown``
+and the job escalated ``decision_interrupted`` from what its row says
+(``JobLifecycle.end_unreadable``). It used to be left claimed for good, logged each round,
+without a terminal message and with its budget reservation held.
 
 It also relays the outbox: a finished job whose stored message is still unpublished a while
 after it was stored had its publish fail (the streams' Redis full, say) after its task gave
@@ -102,8 +105,10 @@ async def reap_once(ledger: Ledger, runner: Runner, *, now: datetime | None = No
             if raw is None:
                 # Its id only: the body is a producer's data, and unreadable anyway.
                 log.error("reaper.unreadable_job", **where)
-                continue
-            outcome = await runner.run_one(raw)
+                await asyncio.to_thread(ledger.expire_claim, job_id=call.job_id, step=call.step)
+                outcome = await runner.delivery.end_unreadable(row)
+            else:
+                outcome = await runner.run_one(raw)
         except _AWAY:
             raise
         except Exception as exc:  # this job alone: the other claims are settled all the same
