@@ -106,12 +106,11 @@ def test_weights_by_hand() -> None:
     # Two audit labels standing for 4 each, one escalation label: (4+0+1)/9 right.
     got = weighted_share([(True, 4.0), (False, 4.0), (True, 1.0)])
     assert got.value == pytest.approx(5 / 9)
-    # v = (16 (4/9)^2 + 16 (5/9)^2 + (4/9)^2) / 81 = 672 / 6561; p(1-p) = 20/81;
-    # n = (20/81) / (672/6561) = 1620 / 672.
-    assert got.n == pytest.approx(1620 / 672)
-    assert (got.low, got.high) == pytest.approx(score_bounds(5 / 9 * 1620 / 672, 1620 / 672))
+    # Kish's effective size: (4+4+1)^2 / (16+16+1) = 81 / 33, whether or not they agree.
+    assert got.n == pytest.approx(81 / 33)
+    assert (got.low, got.high) == pytest.approx(score_bounds(5 / 9 * 81 / 33, 81 / 33))
     assert got.labels == 3
-    # Every label agreeing: Kish's (4+4+1)^2 / (16+16+1).
+    # Every label agreeing: the same size.
     assert weighted_share([(True, 4.0), (True, 4.0), (True, 1.0)]).n == pytest.approx(81 / 33)
     # Equal weights: the plain Wilson interval of k of n.
     plain = weighted_share([(True, 2.0)] * 7 + [(False, 2.0)] * 3)
@@ -245,10 +244,13 @@ def test_wilson_coverage_is_near_nominal(n: int, p: float) -> None:
     assert 0.925 <= covered / draws <= 0.975
 
 
-def test_weighted_interval_coverage_is_near_nominal() -> None:
+def test_weighted_interval_coverage_is_nominal_or_wider() -> None:
     """As audits label: of 600 answers, those below 0.5 (60 % right) all escalate and are
     labelled, the others (95 % right) audited at 20 % (weight 5); the interval covers the
-    whole population's accuracy (77.5 %) about 95 % of the time."""
+    whole population's accuracy (77.5 %) at least about 95 % of the time. Kish's size errs
+    wide here (98.75 %: the heavy labels are the more accurate ones), the safe side for a
+    floor; the linearised size this pinned at 93-97 % covered 56 % at an audit rate of 1 %
+    (``test_calibration_extreme_weights``)."""
     rng = random.Random(7)
     covered = 0
     draws = 2000
@@ -263,4 +265,4 @@ def test_weighted_interval_coverage_is_near_nominal() -> None:
                 pairs.append((right, 5.0))
         got = weighted_share(pairs)
         covered += got.low <= 0.775 <= got.high  # type: ignore[operator]
-    assert 0.93 <= covered / draws <= 0.97
+    assert 0.93 <= covered / draws <= 0.995

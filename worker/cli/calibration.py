@@ -23,7 +23,13 @@ from typing import Any
 import redis
 import typer
 
-from shared.calibration import DEFAULT_BINS, DEFAULT_MIN_LABELS, Interval, Rule
+from shared.calibration import (
+    DEFAULT_BINS,
+    DEFAULT_MIN_LABELS,
+    Interval,
+    Rule,
+    effective_text,
+)
 from shared.settings import get_settings
 from worker.calibration import GroupReport, group_reports, store_label_stream
 from worker.cli.option_values import identifier, in_utc_range, name, non_negative, time_ago
@@ -173,7 +179,8 @@ def render_group(group: GroupReport) -> str:
         ),
         _fit(
             f"labels {figures.labels} (audit {group.sources.get('audit', 0)}, escalation "
-            f"{group.sources.get('escalation', 0)}), effective {figures.effective_labels:.1f}"
+            f"{group.sources.get('escalation', 0)}), effective "
+            f"{effective_text(figures.effective_labels)}"
         ),
     ]
     if figures.left_out:
