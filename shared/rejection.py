@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from typing import Any
 
 from shared import keys, strict_json
@@ -41,7 +42,7 @@ def rejection_for(
     job_id = body.get("id")
     if isinstance(body, strict_json.DuplicateKeys) and "id" in body.duplicates:
         job_id = None  # which one? neither: named by its digest
-    if not (isinstance(job_id, str) and 0 < len(job_id) <= MAX_ID_CHARS and job_id.isprintable()):
+    if not (_carried(job_id) and job_id):
         job_id = None
     reply_to = body.get("reply_to", reply_to)
     usable = isinstance(reply_to, str) and keys.reply_to_problem(reply_to) is None
@@ -49,7 +50,9 @@ def rejection_for(
     batch = body.get("batch")
     message = RejectedMessage(
         job_id=job_id or f"invalid-{digest[:16]}",
-        batch=batch if isinstance(batch, str) and len(batch) <= MAX_ID_CHARS else None,
+        # Printable, as the id: a lone surrogate in it reached a Redis key (the batch's count
+        # of rejections) and raised UnicodeEncodeError mid-submit (found by an attack).
+        batch=batch if _carried(batch) else None,
         metadata=echoable_metadata(body.get("metadata")),
         problems=[p.as_dict() for p in bounded(problems)],
     )
@@ -75,12 +78,25 @@ def bounded(problems: list[FieldProblem]) -> list[FieldProblem]:
     return [*distinct[: MAX_PROBLEMS - 1], FieldProblem("(more)", f"{rest} more problems")]
 
 
+def _carried(value: Any) -> bool:
+    """Whether a reply can carry ``value`` as a job's id or batch: a short printable string.
+    Lone surrogates are not printable, so what passes is always UTF-8."""
+    return isinstance(value, str) and len(value) <= MAX_ID_CHARS and value.isprintable()
+
+
 def _digest(raw: Any, problems: list[FieldProblem]) -> str:
     """The digest of the body; of what a reply can say of it (its id, stream, batch and
-    problems: ``refused_job``) when the body itself is not JSON (NaN, 5,000 levels, a set)."""
+    problems: ``refused_job``) when the body itself is not JSON (NaN, 5,000 levels, a set,
+    a lone surrogate)."""
     if isinstance(raw, bytes | bytearray):
         return sha256_hex(bytes(raw))
-    try:
+    with contextlib.suppress(TypeError, ValueError, RecursionError):
         return digest_of(raw)
-    except (TypeError, ValueError, RecursionError):
-        return digest_of(refused_job(raw, problems))
+    stub = refused_job(raw, problems)
+    with contextlib.suppress(ValueError):
+        return digest_of(stub)
+    # A lone surrogate in the stub's id or batch (valid JSON text, "a\ud800b", but no UTF-8):
+    # written escaped, so the line is rejected naming its field instead of raising
+    # UnicodeEncodeError from here (found by an attack). The stub is strings only: this dumps.
+    text = json.dumps(stub, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return sha256_hex(text.encode("ascii"))

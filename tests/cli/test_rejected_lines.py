@@ -134,3 +134,34 @@ def test_run_names_a_bad_line_by_the_id_its_rejection_carries(tmp_path: Path) ->
     rejected = [json.loads(line) for line in (tmp_path / "out" / "rejected.jsonl").open()]
     assert said[1] == "3"
     assert [r["job_id"] for r in rejected] == [said[2]]
+
+
+def test_a_lone_surrogate_in_an_id_is_a_rejected_line_not_a_bug(tmp_path: Path) -> None:
+    """``"a\\ud800b"`` is valid JSON text but no UTF-8: its rejection's digest raised
+    UnicodeEncodeError, and submit ended "unexpected error ... a bug" with nothing queued
+    (found by an attack). It is a rejected line naming ``id``; the lines around it go."""
+    reply_to = "truth-lines:surrogate"
+    batch = tmp_path / "batch.jsonl"
+    good = {"batch": "b", "state": "s", "questions": GOOD_QUESTIONS}
+    batch.write_text(
+        json.dumps({"id": "first", **good}) + "\n"
+        + '{"id":"a\\ud800b","batch":"b\\udc80","state":"s","questions":{"q":{"type":"noul"}}}\n'
+        + json.dumps({"id": "third", **good}) + "\n"
+    )  # fmt: skip
+    with redis_database(REDIS_DB) as r:
+        url = redis_url(REDIS_DB)
+        done = decisions(
+            "submit", str(batch), "--reply-to", reply_to, cwd=tmp_path, redis_url=url,
+            broker_url=url,
+        )  # fmt: skip
+        queued = sorted(json.loads(member)[1] for member in r.hkeys(keys.INTAKE_JOBS))
+        [(_, fields)] = r.xrange(keys.reply_stream(reply_to))
+    assert traceback_in(done.output) is None
+    assert "unexpected error" not in done.output, done.output
+    assert done.code == 0, done.output
+    assert "rejected 1" in done.stdout
+    said = " ".join(done.stderr.split())
+    assert "rejected line 2: id: holds a lone surrogate" in said
+    assert "batch: holds a lone surrogate" in said
+    assert queued == ["first", "third"]
+    assert fields[b"type"] == b"rejected" and fields[b"job_id"].startswith(b"invalid-")

@@ -295,6 +295,23 @@ def test_a_refused_job_keeps_its_id_and_reply_stream_and_says_why() -> None:
     assert rejection.message.metadata == {"m": 1}
 
 
+def test_a_lone_surrogate_in_an_id_or_batch_is_rejected_and_never_encoded() -> None:
+    """A lone surrogate (valid JSON text, no UTF-8) in the id or batch: its rejection's
+    digest raised UnicodeEncodeError, in the producer and in the worker's guard (its refused
+    stub keeps the id), found by an attack. The rejection is named by its digest, carries no
+    batch, and every part of it that goes to Redis is UTF-8."""
+    raw = job(id="a\ud800b", batch="b\udc80")
+    problems = job_problems(raw, Limits())
+    assert {p.field for p in problems} == {"id", "batch"}
+    for body in (raw, refused_job(raw, problems)):
+        rejection = rejection_for(body, problems)
+        assert rejection.job_id.startswith("invalid-") and rejection.message.batch is None
+        assert rejection.stream == "r1"
+        for part in (rejection.job_id, rejection.marker, rejection.message.to_json()):
+            part.encode("utf-8")
+    assert rejection_for(raw, problems).marker == rejection_for(dict(raw), problems).marker
+
+
 def test_a_rejection_is_built_for_any_body() -> None:
     for raw in (job(state=nested(5_000)), {"id": "x" * 10_000, "metadata": {"m": math.nan}}):
         rejection = rejection_for(raw, [FieldProblem("state", "too deep")])
