@@ -42,12 +42,11 @@ from shared.limits import Limits
 from shared.message_size import MessageChunks, job_cost, oversize_problem
 from shared.packs import pack_key
 from shared.prices import Price
-from shared.rejection import rejection_for
 from shared.replies import Reply
 from shared.reply_reader import terminal_replies
 from shared.settings import Settings, get_settings
-from shared.streams import Publication, RedisPublisher, ReplyPublisher
-from shared.submit_rejections import record_submit_rejection
+from shared.streams import RedisPublisher, ReplyPublisher
+from shared.submit_rejections import publish_submit_rejection
 
 __all__ = ["PRODUCER_SERVICE", "Client", "JobChecker", "SubmitReport"]
 
@@ -69,6 +68,10 @@ class SubmitReport:
     @property
     def all_ids(self) -> list[str]:
         return [*self.job_ids, *self.rejected]
+
+
+class _RejectionUnpublished(Exception):
+    """Publishing a rejected job's message raised (raised from that error)."""
 
 
 #: The producer's trace: its service name and the span every submitted message continues.
@@ -213,7 +216,10 @@ class Client:
         A message whose publish fails (the broker unreachable, the intake Redis down) raises
         ``SubmitFailed`` from that error: the jobs queued before it, those of that message
         (``unconfirmed``: it may have reached the broker) and those never sent
-        (``shared.chunk_publisher.MessageSender`` says why the records go either way).
+        (``shared.chunk_publisher.MessageSender`` says why the records go either way). So
+        does a rejected message the streams Redis refuses; that job is in none of the lists
+        (submitted again, it is rejected again), and the messages already handed to the
+        publishing thread are sent and counted before the error is raised.
         """
         # A caller's mistake (ValueError, as shared.calibration's): 0 was the default, -5 was 1.
         if chunk_size is not None and chunk_size < 1:
@@ -240,9 +246,15 @@ class Client:
         publisher = ChunkPublisher(self.celery, sender, on_sent=on_progress)
         try:
             self._queue_all(publisher, report, jobs, reply_to, chunk_size, pack)
+        except _RejectionUnpublished as exc:
+            # The streams Redis refused a rejected message: a submit failure as a message's
+            # is (it raised a bare redis error, found by an attack), and told once the block
+            # has ended, so that the messages handed to the publishing thread (which it
+            # publishes before it stops) are counted queued or unconfirmed, exactly.
+            raise sender.failure(report.job_ids, list(report.rejected)) from exc.__cause__
         except Exception as exc:
             if exc is not publisher.error:
-                raise  # the caller's own (its jobs, a rejection's publish), as it was raised
+                raise  # the caller's own (its jobs iterator, a bug), as it was raised
             raise sender.failure(report.job_ids, list(report.rejected)) from exc
         return report
 
@@ -271,7 +283,16 @@ class Client:
                 try:
                     job, text, cost = self._wired(raw, reply_to, pack)
                 except JobInvalid as exc:
-                    self._publish_rejection(raw, exc, reply_to)
+                    try:
+                        publish_submit_rejection(
+                            self.publisher,
+                            self.redis if self.count_rejections else None,
+                            raw,
+                            exc,
+                            reply_to,
+                        )
+                    except Exception as error:
+                        raise _RejectionUnpublished from error
                     report.rejected[exc.job_id or f"line-{len(report.all_ids)}"] = exc.problems
                     continue
                 report.job_ids.append(job.id)
@@ -360,22 +381,6 @@ class Client:
             # Not one this release wrote (an older shape, a hand edit): as if none was stored.
             log.warning("the stored estimate of batch %r cannot be read; ignored", batch[:80])
             return None
-
-    def _publish_rejection(self, raw: Any, exc: JobInvalid, reply_to: str | None) -> None:
-        if reply_to is not None and isinstance(raw, dict):
-            raw = {**raw, "reply_to": reply_to}
-        rejection = rejection_for(raw, exc.problems, reply_to=reply_to)
-        self.publisher.publish(
-            Publication(
-                stream=rejection.stream,
-                job_id=rejection.job_id,
-                message_type="rejected",
-                message_json=rejection.message.to_json(),
-                marker=rejection.marker,
-            )
-        )
-        if self.count_rejections:
-            record_submit_rejection(self.redis, rejection)
 
     # --- replies ---------------------------------------------------------------------
     def replies(

@@ -12,17 +12,49 @@ counted (the terminal names it).
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 import redis
 
 from shared import keys
-from shared.rejection import Rejection
+from shared.errors import JobInvalid
+from shared.rejection import Rejection, rejection_for
+from shared.streams import Publication, ReplyPublisher
 
-__all__ = ["SUBMIT_REJECTIONS_TTL_S", "record_submit_rejection", "submit_rejections"]
+__all__ = [
+    "SUBMIT_REJECTIONS_TTL_S",
+    "publish_submit_rejection",
+    "record_submit_rejection",
+    "submit_rejections",
+]
 
 #: Kept as long as a batch's stored estimate (``shared.estimate.ESTIMATE_TTL_S``).
 SUBMIT_REJECTIONS_TTL_S: Final = 30 * 24 * 3600
+
+
+def publish_submit_rejection(
+    publisher: ReplyPublisher,
+    counts: redis.Redis | None,
+    raw: Any,
+    exc: JobInvalid,
+    reply_to: str | None,
+) -> None:
+    """Publish the ``rejected`` message of a job the producer refused, and count it in its
+    batch in ``counts`` (None: not counted, as for the embedded run's memory publisher)."""
+    if reply_to is not None and isinstance(raw, dict):
+        raw = {**raw, "reply_to": reply_to}
+    rejection = rejection_for(raw, exc.problems, reply_to=reply_to)
+    publisher.publish(
+        Publication(
+            stream=rejection.stream,
+            job_id=rejection.job_id,
+            message_type="rejected",
+            message_json=rejection.message.to_json(),
+            marker=rejection.marker,
+        )
+    )
+    if counts is not None:
+        record_submit_rejection(counts, rejection)
 
 
 def record_submit_rejection(client: redis.Redis, rejection: Rejection) -> None:

@@ -1,0 +1,58 @@
+"""What a submit tells its producer when it stops part-way, on a real Redis: every job that
+went is named, whichever publish failed (``Client.submit_batch``, ``SubmitFailed``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+
+from shared import keys
+from shared.client import Client
+from shared.errors import SubmitFailed
+from shared.settings import Settings
+from shared.streams import Publication, RedisPublisher
+from tests.support.fleet import decide_job
+from tests.support.services import redis_database, redis_url
+
+pytestmark = pytest.mark.integration
+
+REDIS_DB = 9
+REPLY_TO = "account:replies"
+
+
+class StreamsGone(RedisPublisher):
+    """The streams Redis drops every publish (restarted under the producer)."""
+
+    def publish(self, publication: Publication) -> None:
+        raise redis.ConnectionError("Connection reset by peer")
+
+
+def queued_on(r: redis.Redis) -> list[str]:
+    """The ids of this test's jobs with an intake record (published, or to be republished)."""
+    members = [json.loads(member) for member in r.hkeys(keys.INTAKE_JOBS)]
+    return sorted(job_id for stream, job_id in members if stream == REPLY_TO)
+
+
+def test_a_rejection_that_cannot_be_published_says_which_jobs_went() -> None:
+    """Found by an attack: the rejected message of ``bad`` raised a bare redis error, and the
+    producer was not told that g1 to g4 (two messages handed to the publishing thread) went
+    and g5 (still buffered) did not. g6, after the failure, was never read."""
+    good = [decide_job(f"acct-g{i}") for i in range(1, 7)]
+    bad = decide_job("acct-bad", questions={"q": {"type": "nope"}})
+    with redis_database(REDIS_DB) as r:
+        url = redis_url(REDIS_DB)
+        client = Client(
+            Settings(_env_file=None, redis_url=url, broker_url=url),
+            publisher=StreamsGone(r, ttl_s=60),
+        )
+        with pytest.raises(SubmitFailed) as failed:
+            client.submit_batch([*good[:5], bad, good[5]], reply_to=REPLY_TO, chunk_size=2)
+        queued = queued_on(r)
+        on_queue = r.llen(keys.CELERY_QUEUE)
+    assert isinstance(failed.value.__cause__, redis.ConnectionError)
+    assert sorted(failed.value.queued) == queued == [f"acct-g{i}" for i in range(1, 5)]
+    assert on_queue == 2
+    assert failed.value.unconfirmed == [] and failed.value.unsent == ["acct-g5"]
+    assert failed.value.rejected == []  # its rejected message is not on the stream
