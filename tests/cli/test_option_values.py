@@ -181,3 +181,15 @@ def test_submit_batch_refuses_a_chunk_size_below_1(chunk_size: int) -> None:
     client = Client(Settings(redis_url=NOWHERE_REDIS, broker_url=NOWHERE_REDIS))
     with pytest.raises(ValueError, match="chunk_size"):
         client.submit_batch([], reply_to="r1", chunk_size=chunk_size)
+
+
+@pytest.mark.parametrize("price", ["faux=nan", "faux=1e400/request"])
+def test_a_price_no_estimate_can_use_is_refused_naming_price(price: str, workdir: Path) -> None:
+    done = decisions(
+        "submit", "one.jsonl", "--reply-to", "r", "--dry-run", "--price", price,
+        cwd=workdir, timeout_s=60, **_settings(workdir),
+    )  # fmt: skip
+    assert traceback_in(done.output) is None, traceback_in(done.output)
+    assert done.code == 2, done.output[-1500:]
+    assert done.stderr.startswith(f"--price: {price!r}: a price is a number of USD"), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 2, done.stderr

@@ -13,6 +13,7 @@ from shared.job_parsing import parse_job
 from shared.settings import Settings
 from worker.kinds.decide import prepare_decide
 from worker.kinds.judgments.check import judgment_checker
+from worker.kinds.judgments.dryrun_prices import parse_price
 from worker.kinds.menus.submit import job_checker
 from worker.providers import ProviderRegistry
 from worker.runtimes import RuntimeRegistry
@@ -103,3 +104,14 @@ def test_a_providers_refusal_names_the_jobs_field_once(
     # As `decisions submit` checks (worker.cli.queue): the judgments' plans, then the rest.
     problems = judgment_checker(providers, job_checker(providers, runtimes))(job)
     assert [(p.field, p.message) for p in problems] == [(field, says)]
+
+
+@pytest.mark.parametrize(
+    "text", ["faux=nan", "faux=-nan", "faux=inf", "faux=inf/request", "faux=1e400", "faux=1e308"]
+)
+def test_a_price_that_is_no_sensible_number_of_dollars_is_refused(text: str) -> None:
+    """``float()`` took them: the dry run printed "$nan" or a 300-digit cost, and stored it
+    for the batch's status (found by an attack)."""
+    with pytest.raises(ValueError, match=r"a price is a number of USD from 0 to 10000"):
+        parse_price(text)
+    assert parse_price("faux=10000/request")[1].per_request_usd == 10_000

@@ -7,10 +7,16 @@ faux catalog (``worker.testing.faux.catalog``), so a dry run of jobs that name a
 
 from __future__ import annotations
 
+import math
+
 from shared.prices import FAUX_PRICE_PER_MTOK_USD, Price
 from worker import fakes
 
-__all__ = ["faux_price", "parse_price"]
+__all__ = ["MAX_PRICE_USD", "faux_price", "parse_price"]
+
+#: The highest price ``--price`` takes, per million input tokens or per request: far above any
+#: model's, and low enough that a batch's cost prints as a number a person reads.
+MAX_PRICE_USD = 10_000.0
 
 
 def faux_price() -> Price:
@@ -29,5 +35,12 @@ def parse_price(text: str) -> tuple[str, Price]:
     usd = float(amount.removesuffix("/request"))
     if usd < 0:
         raise ValueError(f"{text!r}: a price is not negative")
+    # float() takes nan, inf and 1e400 (inf): the estimate printed "$nan", and stored for the
+    # batch, `ledger status` showed it too (found by an attack).
+    if not math.isfinite(usd) or usd > MAX_PRICE_USD:
+        raise ValueError(
+            f"{text!r}: a price is a number of USD from 0 to {MAX_PRICE_USD:g} "
+            "(per million input tokens, or per request with /request)"
+        )
     price = Price(per_request_usd=usd) if per_request else Price(per_mtok_usd=usd)
     return name.strip(), price
