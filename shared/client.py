@@ -56,10 +56,16 @@ JobChecker = Callable[[Job], list[FieldProblem]]
 
 @dataclass
 class SubmitReport:
-    """What a submit did: the ids queued, and the problems of those rejected at once."""
+    """What a submit did: the ids queued, and the problems of those rejected at once.
+
+    ``rejected`` is keyed by job id only; a job rejected without a readable id is in
+    ``rejected_lines``, by its 0-based position in the jobs submitted (it was under a
+    made-up ``line-N`` key in ``rejected``, which a job could take as its id: found by an
+    attack, one rejection hid another and a queued job was reported rejected)."""
 
     job_ids: list[str] = field(default_factory=list)
     rejected: dict[str, list[FieldProblem]] = field(default_factory=dict)
+    rejected_lines: dict[int, list[FieldProblem]] = field(default_factory=dict)
     messages: int = 0
     #: The latest deadline of the jobs queued (None: none queued): by then plus the lease
     #: margin each should have its terminal message, if a worker took it.
@@ -68,6 +74,10 @@ class SubmitReport:
     @property
     def all_ids(self) -> list[str]:
         return [*self.job_ids, *self.rejected]
+
+    @property
+    def rejected_count(self) -> int:
+        return len(self.rejected) + len(self.rejected_lines)
 
 
 class _RejectionUnpublished(Exception):
@@ -279,7 +289,7 @@ class Client:
                 publisher.put(message)
                 report.messages += 1
 
-            for raw in jobs:
+            for position, raw in enumerate(jobs):
                 try:
                     job, text, cost = self._wired(raw, reply_to, pack)
                 except JobInvalid as exc:
@@ -293,7 +303,10 @@ class Client:
                         )
                     except Exception as error:
                         raise _RejectionUnpublished from error
-                    report.rejected[exc.job_id or f"line-{len(report.all_ids)}"] = exc.problems
+                    if exc.job_id is None:
+                        report.rejected_lines[position] = exc.problems
+                    else:
+                        report.rejected[exc.job_id] = exc.problems
                     continue
                 report.job_ids.append(job.id)
                 self._note_deadline(report, job)

@@ -17,7 +17,7 @@ from typing import Any, Final
 import redis
 
 from shared import keys
-from shared.errors import JobInvalid
+from shared.errors import FieldProblem, JobInvalid
 from shared.rejection import Rejection, rejection_for
 from shared.streams import Publication, ReplyPublisher
 
@@ -25,11 +25,20 @@ __all__ = [
     "SUBMIT_REJECTIONS_TTL_S",
     "publish_submit_rejection",
     "record_submit_rejection",
+    "submit_rejection",
     "submit_rejections",
 ]
 
 #: Kept as long as a batch's stored estimate (``shared.estimate.ESTIMATE_TTL_S``).
 SUBMIT_REJECTIONS_TTL_S: Final = 30 * 24 * 3600
+
+
+def submit_rejection(raw: Any, problems: list[FieldProblem], reply_to: str | None) -> Rejection:
+    """The rejection of a job refused at submit, to the producer's ``reply_to`` (which the
+    body's digest includes, so a terminal that names a line's stream id must build it here)."""
+    if reply_to is not None and isinstance(raw, dict):
+        raw = {**raw, "reply_to": reply_to}
+    return rejection_for(raw, problems, reply_to=reply_to)
 
 
 def publish_submit_rejection(
@@ -41,9 +50,7 @@ def publish_submit_rejection(
 ) -> None:
     """Publish the ``rejected`` message of a job the producer refused, and count it in its
     batch in ``counts`` (None: not counted, as for the embedded run's memory publisher)."""
-    if reply_to is not None and isinstance(raw, dict):
-        raw = {**raw, "reply_to": reply_to}
-    rejection = rejection_for(raw, exc.problems, reply_to=reply_to)
+    rejection = submit_rejection(raw, exc.problems, reply_to)
     publisher.publish(
         Publication(
             stream=rejection.stream,

@@ -255,7 +255,7 @@ def run_batch(
     stats = context.current().runner.stats
     summary = _summarise(sink, out_dir)
     summary.requests_sent = stats.requests_sent
-    summary.rejected_at_submit = len(report.rejected)
+    summary.rejected_at_submit = report.rejected_count
     summary.cost_usd_this_run = stats.cost_usd
     return summary
 

@@ -165,3 +165,39 @@ def test_a_lone_surrogate_in_an_id_is_a_rejected_line_not_a_bug(tmp_path: Path) 
     assert "batch: holds a lone surrogate" in said
     assert queued == ["first", "third"]
     assert fields[b"type"] == b"rejected" and fields[b"job_id"].startswith(b"invalid-")
+
+
+def test_a_rejected_id_like_a_line_key_is_reported_and_a_valid_job_is_not(tmp_path: Path) -> None:
+    """Lines without an id were reported under made-up ``line-N`` keys among the job ids: a
+    rejected job whose id was ``line-1`` was hidden by the next id-less line, and a queued
+    job whose id was ``line-2`` was reported as rejected line 3 (found by an attack)."""
+    reply_to = "truth-lines:line-keys"
+    good = {"batch": "b", "state": "s", "questions": GOOD_QUESTIONS}
+    lines = [
+        {**good, "id": "line-1", "questions": {"q": {"type": "nope"}}},  # rejected
+        {**good},  # rejected: no id
+        {**good, "id": "line-2"},  # queued
+        {**good, "questions": {"q": {"type": "noul"}}},  # rejected: no id, no instructions
+    ]
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with redis_database(REDIS_DB) as r:
+        url = redis_url(REDIS_DB)
+        done = decisions(
+            "submit", str(batch), "--reply-to", reply_to, cwd=tmp_path, redis_url=url,
+            broker_url=url,
+        )  # fmt: skip
+        rejected = [
+            fields[b"job_id"].decode()
+            for _, fields in r.xrange(keys.reply_stream(reply_to))
+            if fields.get(b"type") == b"rejected"
+        ]
+    assert traceback_in(done.output) is None
+    assert done.code == 0, done.output
+    assert "submitted 1 job(s)" in done.stdout and "rejected 3" in done.stdout, done.stdout
+    said = done.stderr
+    assert "rejected line-1 (line 1): questions.q" in said, said
+    assert "rejected line 3" not in said and "line-2" not in said, said
+    named = dict(re.findall(r"rejected line (\d+):.*\[stream id ([^]]+)\]", said))
+    assert sorted(named) == ["2", "4"]
+    assert sorted(rejected) == sorted(["line-1", *named.values()]), (rejected, said)

@@ -56,3 +56,24 @@ def test_a_rejection_that_cannot_be_published_says_which_jobs_went() -> None:
     assert on_queue == 2
     assert failed.value.unconfirmed == [] and failed.value.unsent == ["acct-g5"]
     assert failed.value.rejected == []  # its rejected message is not on the stream
+
+
+def test_a_rejected_job_without_an_id_is_apart_from_job_ids() -> None:
+    """``SubmitReport.rejected`` holds job ids only; a job rejected without one is in
+    ``rejected_lines`` by its position, so that no job id (``line-1``) can take its place
+    (found by an attack)."""
+    jobs = [
+        decide_job("line-1", questions={"q": {"type": "nope"}}),
+        {k: v for k, v in decide_job("x").items() if k != "id"},
+        decide_job("line-2"),
+    ]
+    with redis_database(REDIS_DB) as r:
+        url = redis_url(REDIS_DB)
+        report = Client(Settings(_env_file=None, redis_url=url, broker_url=url)).submit_batch(
+            jobs, reply_to=REPLY_TO
+        )
+        queued = queued_on(r)
+    assert report.job_ids == queued == ["line-2"]
+    assert list(report.rejected) == ["line-1"] and list(report.rejected_lines) == [1]
+    assert [p.field for p in report.rejected_lines[1]] == ["id"]
+    assert report.rejected_count == 2 and report.all_ids == ["line-2", "line-1"]

@@ -68,7 +68,7 @@ def test_200_jobs_each_get_one_terminal_message_and_one_request(fleet: dict[str,
     client = Client(settings)
     report = client.submit_batch(jobs, reply_to="skeleton-r1", chunk_size=16)
     assert sorted(report.job_ids) == sorted(str(j["id"]) for j in valid)
-    assert len(report.rejected) == len(jobs) - len(valid)
+    assert report.rejected_count == len(jobs) - len(valid)
 
     replies = list(client.replies("skeleton-r1", job_ids=report.job_ids, timeout_s=120))
     assert sorted(r.job_id for r in replies) == sorted(report.job_ids)
@@ -78,7 +78,7 @@ def test_200_jobs_each_get_one_terminal_message_and_one_request(fleet: dict[str,
     per_job = Counter(e.job_id for e in entries)
     assert all(per_job[job_id] == 1 for job_id in report.job_ids)
     rejected = [json.loads(e.message) for e in entries if e.type == "rejected"]
-    assert len(rejected) == len(report.rejected)
+    assert len(rejected) == report.rejected_count
     assert all(msg["problems"] and msg["problems"][0]["field"] for msg in rejected)
 
     calls = faux_calls(str(fleet["faux"]))

@@ -13,9 +13,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from shared import keys, tracing
 from shared.client import PRODUCER_SERVICE, Client, SubmitReport
-from shared.rejection import rejection_for
 from shared.settings import Settings, get_settings
 from shared.streams import follow_stream, read_stream
+from shared.submit_rejections import submit_rejection
 from shared.tracing import COMMAND_EXPORT_TIMEOUT_S
 from worker.cli.jsonl import JobLine, line_number, line_of, plain_reason, read_lines
 from worker.cli.option_values import count, seconds
@@ -106,31 +106,30 @@ def register(app: typer.Typer) -> None:
         report = client.submit_batch(jobs, reply_to=reply_to, chunk_size=chunk_size, pack=pack)
         console.print(
             f"submitted {len(report.job_ids)} job(s) in {report.messages} message(s) to "
-            f"{_safe_url(settings.broker_url)}; rejected {len(report.rejected)}; "
+            f"{_safe_url(settings.broker_url)}; rejected {report.rejected_count}; "
             f"replies on {reply_to!r}"
         )
         for job_id, problems in report.rejected.items():
-            line = line_number(job_id, lines)
-            listed = plain_reason(problems, line)
-            where = line_of(job_id, lines)
-            if not job_id.startswith("line-"):
-                where = f"{job_id} ({where})"
-            elif line is not None:
-                # The id its rejected message carries in the stream: one name for the line.
-                stream_id = rejection_for(line.job, problems, reply_to=reply_to).job_id
-                listed = f"{listed} [stream id {stream_id}]"
+            listed = plain_reason(problems, line_number(job_id, lines, by_id=True))
+            where = f"{job_id} ({line_of(job_id, lines, by_id=True)})"
             # Escaped: a job id or message may hold "[", which rich would read as markup.
             err_console.print(f"[yellow]rejected[/] {escape(where)}: {escape(listed)}")
+        for position, problems in report.rejected_lines.items():
+            line = lines[position]
+            # The id its rejected message carries in the stream: one name for the line.
+            stream_id = submit_rejection(line.job, problems, reply_to).job_id
+            listed = f"{plain_reason(problems, line)} [stream id {stream_id}]"
+            err_console.print(f"[yellow]rejected[/] line {line.number}: {escape(listed)}")
         if not wait:
             return
-        if not report.job_ids and not report.rejected:
+        if not report.job_ids and not report.rejected_count:
             # An empty file (or blank and comment lines only): nothing was rejected either.
             err_console.print(f"[red]{escape(str(file))} holds no job: nothing was queued[/]")
             err_console.print("put one JSON job object per line and submit again")
             raise typer.Exit(2)
         if not report.job_ids:
             err_console.print(
-                f"[red]every job was rejected ({len(report.rejected)}): nothing was queued, "
+                f"[red]every job was rejected ({report.rejected_count}): nothing was queued, "
                 "no reply to wait for; fix the lines above and submit again[/]"
             )
             raise typer.Exit(1)
