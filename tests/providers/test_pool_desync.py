@@ -45,10 +45,16 @@ def _response(status: int, body: bytes, *extra: str) -> bytes:
 
 class KeepAliveHost:
     """A keep-alive loopback host that processes every request it reads (``processed``)
-    and answers each through ``answer(connection, n, body) -> bytes`` (what it writes)."""
+    and answers each through ``answer(connection, n, body) -> bytes`` (what it writes);
+    ``writers`` gets each connection's writer, for a test to write more on it."""
 
-    def __init__(self, answer: Callable[[int, int, dict], Awaitable[bytes] | bytes]) -> None:
+    def __init__(
+        self,
+        answer: Callable[[int, int, dict], Awaitable[bytes] | bytes],
+        writers: list[asyncio.StreamWriter] | None = None,
+    ) -> None:
         self.answer = answer
+        self.writers = writers if writers is not None else []
         self.processed: list[dict] = []
         self.connections = 0
         self.port = 0
@@ -68,6 +74,7 @@ class KeepAliveHost:
             await asyncio.wait_for(self._server.wait_closed(), 1)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.append(writer)
         self.connections += 1
         connection, n = self.connections, 0
         try:
@@ -181,16 +188,13 @@ def test_an_unsolicited_response_while_idle_retires_the_connection(
     monkeypatch.setenv(KEY_VAR, "sk-desync")
     writers: list[asyncio.StreamWriter] = []
 
-    class Host(KeepAliveHost):
-        async def _handle(self, reader, writer):  # type: ignore[no-untyped-def]
-            writers.append(writer)
-            await super()._handle(reader, writer)
-
     def answer(connection: int, n: int, body: dict) -> bytes:
         return _response(200, json.dumps({"answer_for": body["job"]}).encode())
 
     async def scenario() -> list[dict]:
-        async with Host(answer) as host, sharded_client(max_connections=1, timeout=5) as http:
+        async with KeepAliveHost(answer, writers) as host, sharded_client(
+            max_connections=1, timeout=5
+        ) as http:
             for job in ("A", "B"):
                 await post_job(http, host, job)
                 if job == "A":
@@ -227,3 +231,71 @@ def test_a_connection_with_nothing_left_unread_is_reused(monkeypatch: pytest.Mon
     processed, connections = asyncio.run(scenario())
     assert [p["job"] for p in processed] == ["A", "B", "C"]
     assert connections == 1
+
+
+# A released connection given straight to a request waiting for one (the pool full: the normal
+# state under load) is checked as one taken from the idle stack is (found by a second attack).
+def test_a_stray_429_on_a_connection_handed_to_a_waiting_request_sends_nothing_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(KEY_VAR, "sk-desync")
+    writers: list[asyncio.StreamWriter] = []
+    order: list[str] = []
+
+    async def answer(connection: int, n: int, body: dict) -> bytes:
+        order.append(body["job"])
+        if body["job"] == "A":
+            async def stray() -> None:  # its own write, a moment after A's answer
+                writers[0].write(_response(429, b"", "Retry-After: 0"))
+                order.append("stray 429")
+
+            asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(stray()))
+        else:
+            await asyncio.sleep(0.05)  # B takes a while to process
+        return _response(200, json.dumps({"answer_for": body["job"]}).encode())
+
+    async def scenario() -> list[dict]:
+        async with KeepAliveHost(answer, writers) as host, sharded_client(
+            max_connections=1, timeout=5
+        ) as http:
+            a = asyncio.create_task(post_job(http, host, "A"))
+            await asyncio.sleep(0)
+            b = asyncio.create_task(post_job(http, host, "B"))  # waits for A's connection
+            await asyncio.gather(a, b)
+            return host.processed
+
+    processed = asyncio.run(scenario())
+    sent_b = [p for p in processed if p["job"] == "B"]
+    assert len(sent_b) == 1, f"B reached the host {len(sent_b)} times ({order})"
+
+
+def test_a_retransmitted_answer_never_answers_the_request_waiting_for_the_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The host (a retransmitting proxy) writes A's answer twice, the copy in its own write:
+    B, waiting for the connection, must get its own answer, not A's."""
+    monkeypatch.setenv(KEY_VAR, "sk-desync")
+    writers: list[asyncio.StreamWriter] = []
+
+    async def answer(connection: int, n: int, body: dict) -> bytes:
+        ok = _response(200, json.dumps({"answer_for": body["job"]}).encode())
+        if body["job"] == "A":
+            async def again() -> None:
+                writers[0].write(ok)
+
+            asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(again()))
+        else:
+            await asyncio.sleep(0.05)
+        return ok
+
+    async def scenario() -> bytes:
+        async with KeepAliveHost(answer, writers) as host, sharded_client(
+            max_connections=1, timeout=5
+        ) as http:
+            a = asyncio.create_task(post_job(http, host, "A"))
+            await asyncio.sleep(0)
+            b = asyncio.create_task(post_job(http, host, "B"))
+            _, got_b = await asyncio.gather(a, b)
+            return got_b.body
+
+    assert json.loads(asyncio.run(scenario())) == {"answer_for": "B"}

@@ -173,7 +173,11 @@ class ShardedTransport(httpx.AsyncBaseTransport):
         self, pool: _OriginPool, connection: httpcore.AsyncHTTPConnection
     ) -> None:
         reusable = connection.is_idle() and not connection.is_closed() and not self._closed
-        if reusable and not _holds_unread(connection):
+        # Checked here, not only when a connection is taken from the idle stack: under load a
+        # released connection goes straight to a waiting request (found by a second attack:
+        # a stray response that came apart from the answer, in the socket or asyncio's
+        # buffer, was read as the waiting request's).
+        if reusable and not _holds_unread(connection) and not connection.has_expired():
             self._hand_on(pool, connection)
             return
         # Closed (the server said so, or the request failed) or not reusable: its slot
