@@ -170,3 +170,54 @@ def test_items_of_an_unknown_request_are_not_asked_again_by_a_plan_of_more_reque
     with ledger.engine.connect() as conn:  # nothing claimed for the steps never sent
         steps = conn.execute(sa.select(calls.c.step).where(calls.c.job_id == "grown")).all()
     assert [s for (s,) in steps] == ["sift.0"]
+
+
+BATCH = "gap-batch"
+
+
+class RaisedThenDies(Ledger):
+    """sift.0 is refused by the batch's budget (0.0005 < Parallel's 0.001 a request); an
+    operator raises the budget (``decisions budget set``) while the job runs, so sift.1 is
+    claimed; the worker dies right after that claim."""
+
+    def claim(self, **kwargs: Any) -> Claim:
+        if kwargs["step"] == "sift.1":
+            self.set_budget(BATCH, 1.0)
+        claim = super().claim(**kwargs)
+        if kwargs["step"] == "sift.1":
+            raise Crash("killed after claiming sift.1")
+        return claim
+
+
+def test_a_step_the_budget_refused_leaves_no_gap_for_a_redelivery_planned_otherwise(
+    tmp_path: Path, server: FauxServer
+) -> None:
+    # Found by a second attack: the rows an earlier delivery left need not be a prefix of its
+    # steps, and the redelivery's sift.0, with no row, carried items 100-199 again.
+    job = sift_job("gap", [f"message {i:04d}" for i in range(350)], batch=BATCH)
+    first = settings_for(tmp_path, server.url, default_provider="parallel")
+    ledger = RaisedThenDies.from_settings(first)
+    ledger.migrate()
+    ledger.set_budget(BATCH, 0.0005)
+    runner = Runner(
+        settings=first, ledger=ledger, providers=ProviderRegistry.from_settings(first),
+        sink=MemorySink(),
+    )
+    with pytest.raises(Crash):
+        asyncio.run(runner.run_one(job))
+    # sift.0 (items 0-99) refused, nothing claimed; sift.1 (items 100-199) claimed and,
+    # for all anyone knows, sent: its outcome is unknown.
+    assert {c.step: c.status for c in ledger.calls("gap")} == {"sift.1": "claimed"}
+    expire_leases(ledger, "gap")
+
+    # Redelivered after a deploy that makes the faux the default: all 350 items one request.
+    second = settings_for(
+        tmp_path, server.url, default_provider="faux", max_price_per_mtok_usd={"faux": 0.1}
+    )
+    run_batch([job], settings=second, out_dir=tmp_path / "out", timeout_s=60)
+
+    # Items 100-199 went in a request whose outcome is unknown: none is asked again.
+    assert server.provider.calls() == {}, "items of an unknown request were sent again"
+    [line] = (tmp_path / "out" / "escalations.jsonl").read_text().splitlines()
+    reply = parse_reply(line)
+    assert isinstance(reply, EscalationMessage)

@@ -19,9 +19,13 @@ a step of this plan with no row of its own may hold items an earlier request car
 an outcome nobody knows (found by an attack: 350 items sent in one request, its worker
 killed, then redelivered after a deploy that packs 100 a request; the first step was
 reported interrupted, the three after it claimed afresh and items 100 to 349 paid again).
-Its remaining steps count as interrupted too, unless a row of their own settles them. Steps
-go in order on every delivery, so two deliveries planned otherwise meet at the first step
-whose requests differ, and the one that finds the other's there stops.
+Its remaining steps count as interrupted too, unless a row of their own settles them. A
+delivery reads the job's stored calls before its first step (``meet_earlier``): an earlier
+delivery's rows need not be a prefix of its steps (a step the budget refused has none; found
+by a second attack: a sift whose first step was refused and whose second was claimed, then
+redelivered packed otherwise, sent that second step's items again in its first). Deliveries
+running at once go in step order, so they meet at the first step whose requests differ, and
+the one that finds the other's there stops.
 """
 
 from __future__ import annotations
@@ -55,6 +59,14 @@ class JobCalls:
         #: The first step an earlier delivery sent as another request (None: none met): past
         #: it, nothing is claimed afresh.
         self.planned_otherwise: str | None = None
+
+    async def meet_earlier(self, plan: list[PlannedCall]) -> None:
+        """Before the first step: if an earlier delivery stored a call this plan does not
+        make (another step, or another request for the step), claim nothing new."""
+        mine = {p.step: p.prepared.request_sha256 for p in plan}
+        for row in await self.delivery.ledger.calls(self.job_id):
+            if row.step not in mine or row.request_sha256 != mine[row.step]:
+                self.planned_otherwise = self.planned_otherwise or row.step
 
     async def call(self, planned: PlannedCall) -> StepResult | JobRow:
         """The step's result; or the job's row if another delivery finished the job meanwhile."""

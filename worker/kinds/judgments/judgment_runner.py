@@ -77,6 +77,7 @@ class JudgmentRunner:
         if isinstance(row, str):
             return row
         calls = JobCalls(delivery, job.id, row.deadline, job)
+        await calls.meet_earlier(_planned(plan))
         ended = await self._run(job, plan, calls)
         if isinstance(ended, JobRow):
             return await delivery.publish(ended, job.reply_to)
