@@ -308,3 +308,25 @@ def test_typesafe_direct_takes_no_image_assets() -> None:
     with pytest.raises(DecisionProviderError) as info:
         provider.prepare(_request("jev-latest"))
     assert info.value.field == "assets"
+
+
+# Found by an attack: a catalog nested deeper than the parser goes escaped as RecursionError,
+# a bug to the delivery, which booked the request (never sent) unknown.
+@pytest.mark.parametrize("body", [b"[" * 100_000, b'{"data":' + b"[" * 100_000])
+def test_a_catalog_nested_too_deep_is_a_catalog_that_could_not_be_read(body: bytes) -> None:
+    async def scenario() -> BaseException | None:
+        http = httpx.AsyncClient(
+            transport=httpx.MockTransport(lambda _r: httpx.Response(200, content=body))
+        )
+        catalog = ModelCatalog(http, "http://host/v1/models", provider="openrouter")
+        try:
+            await catalog.input_modalities("m", wait_s=2)
+        except BaseException as exc:  # what escapes is what the test is about
+            return exc
+        finally:
+            await http.aclose()
+        return None
+
+    raised = asyncio.run(scenario())
+    assert isinstance(raised, DecisionProviderError), repr(raised)
+    assert raised.code == "connection"  # nothing was sent: it may be tried again

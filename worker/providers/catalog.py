@@ -131,7 +131,9 @@ class ModelCatalog:
             raise _ReadFailed(f"status {response.status_code}")
         try:
             return _parse(json.loads(body))
-        except (ValueError, TypeError, KeyError, AttributeError):
+        # RecursionError: a body nested deeper than the parser goes (found by an attack: it
+        # left the provider as a bug, and the request, never sent, was booked unknown).
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
             raise _ReadFailed("not a catalog") from None
 
 
