@@ -4,10 +4,11 @@
 entry that does not parse (a field a newer version adds, a damaged message) or that no
 reviewer could answer (not an escalation, no reply stream) is skipped and reported to a
 ``SkipReporter`` with why, never an error for every reviewer: one bad entry must not stop
-the queue. That includes a decide escalation whose questions no answer could be checked
-against (``shared.resolutions.questions_problem``): the console lists it as unreadable, and
-the queue's claim used to hand it to a reviewer who could then neither see a form for it nor
-resolve it, nor give it to anyone who could. ``OpenEscalation`` is an entry still open in
+the queue. That includes an escalation no answer could be checked against
+(``shared.resolutions.answer_problem``: questions that cannot be read, a menu that cannot be
+rebuilt): the console lists it as unreadable, and the queue's claim used to hand it to a
+reviewer who could then neither see a form for it nor resolve it, nor give it to anyone who
+could. ``OpenEscalation`` is an entry still open in
 ``shared.escalations``' queue.
 """
 
@@ -22,7 +23,7 @@ from pydantic import ValidationError
 
 from shared import keys
 from shared.replies import EscalationMessage, parse_reply
-from shared.resolutions import questions_problem
+from shared.resolutions import answer_problem
 
 __all__ = ["OpenEscalation", "SkipReporter", "decode_entry"]
 
@@ -74,8 +75,7 @@ def decode_entry(
     if not keys.is_reply_name(reply_to):
         on_skip(entry_id, f"its reply_to {reply_to[:80]!r} is not a stream name")
         return None
-    # A menu's answer is checked against its own options (``menu_checker``), not questions.
-    unanswerable = None if message.kind == "menu" else questions_problem(message)
+    unanswerable = answer_problem(message)
     if unanswerable is not None:
         on_skip(entry_id, unanswerable)
         return None

@@ -31,6 +31,7 @@ import redis
 from shared import audit, keys
 from shared.errors import AlreadyResolved, EscalationNotFound, PublishFailed
 from shared.escalation_entries import OpenEscalation, SkipReporter, decode_entry
+from shared.escalation_scripts import GIVE_BACK, RESOLVE, TAKE
 from shared.escalation_unreadable import forget_unreadable, note_unreadable
 from shared.labels import AUDIT_REASON, encode, labels_of
 from shared.replies import ResolutionMessage
@@ -42,66 +43,6 @@ log = logging.getLogger(__name__)
 
 #: The group's consumer that holds every escalation no reviewer holds.
 QUEUE_CONSUMER = "queue"
-
-# Move an entry to ARGV[1] only if it is held by the queue, or by someone idle past ARGV[2] ms.
-_TAKE = """
-local item = redis.call('XPENDING', KEYS[1], ARGV[3], ARGV[4], ARGV[4], '1')[1]
-if not item then return -1 end
-if item[2] == ARGV[5] or tonumber(item[3]) >= tonumber(ARGV[2]) then
-  redis.call('XCLAIM', KEYS[1], ARGV[3], ARGV[1], '0', ARGV[4])
-  return 1
-end
-return 0
-"""
-
-# Move an entry held by ARGV[4] back to the queue consumer.
-_GIVE_BACK = """
-local item = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], '1')[1]
-if not item then return -1 end
-if item[2] ~= ARGV[4] then return 0 end
-redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[3], '0', ARGV[2])
-return 1
-"""
-
-# KEYS: 1 escalation stream, 2 the job's resolved record, 3 the job's reply stream,
-#       4 the label stream.
-# ARGV: 1 group, 2 entry id, 3 reviewer, 4 job id, 5 the resolution message ('' only checks),
-#       6 the labels' JSON ('[]' none: the entry still says the job was resolved),
-#       7 '1' to publish the resolution on the reply stream
-#       ('0' for an audit: the job's result went out already).
-# Answers {1, reply entry id}; {2} may resolve (only checked); {0, reviewer, ms, entry}
-# resolved before; {-1} not open; {-2, holder} held by another.
-_RESOLVE = """
-local before = redis.call('HMGET', KEYS[2], 'reviewer', 'resolved_at_ms', 'entry_id')
-if before[1] then
-  redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-  return {0, before[1], before[2], before[3]}
-end
-local item = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], '1')[1]
-if not item then return {-1} end
-if item[2] ~= ARGV[3] then return {-2, item[2]} end
-if ARGV[5] == '' then return {2} end
-for _, key in ipairs({KEYS[3], KEYS[4]}) do
-  local kind = redis.call('TYPE', key)['ok']
-  if kind ~= 'stream' and kind ~= 'none' then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not a stream')
-  end
-end
-local now = redis.call('TIME')
-local ms = tostring(tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
-local id = ''
-if ARGV[7] == '1' then
-  id = redis.call('XADD', KEYS[3], '*', 'job_id', ARGV[4], 'type', 'resolution',
-                  'message', ARGV[5])
-end
-redis.call('XADD', KEYS[4], '*', 'job_id', ARGV[4], 'entry_id', ARGV[2],
-           'resolved_at_ms', ms, 'labels', ARGV[6], 'reviewer', ARGV[3])
-redis.call('HSET', KEYS[2], 'reviewer', ARGV[3], 'resolved_at_ms', ms, 'entry_id', ARGV[2],
-           'reply_entry_id', id)
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-return {1, id}
-"""
-
 
 class EscalationQueue:
     def __init__(
@@ -124,9 +65,9 @@ class EscalationQueue:
         self.marker_ttl_s = marker_ttl_s
         self.menu_checker = menu_checker
         self.on_skip: SkipReporter = on_skip or _log_skip
-        self._take = client.register_script(_TAKE)
-        self._give_back = client.register_script(_GIVE_BACK)
-        self._resolve = client.register_script(_RESOLVE)
+        self._take = client.register_script(TAKE)
+        self._give_back = client.register_script(GIVE_BACK)
+        self._resolve = client.register_script(RESOLVE)
 
     # --- reading -----------------------------------------------------------------------
     def sync(self) -> None:
@@ -246,7 +187,7 @@ class EscalationQueue:
         _check_reviewer(reviewer)
         for item in (e for page in self._pages(reason, batch) for e in page):
             claimable = item.holder is None or item.idle_s * 1000 >= self.claim_idle_ms
-            if item.holder == reviewer or not claimable:
+            if item.holder == reviewer or not claimable or not self._can_check(item):
                 continue
             taken = self._take(
                 keys=[self.stream],
@@ -262,6 +203,10 @@ class EscalationQueue:
         closed or held by someone else who is not past the idle time."""
         _check_reviewer(reviewer)
         item = self.get(entry_id)
+        if not self._can_check(item):
+            raise EscalationNotFound(
+                f"{entry_id} is a menu escalation: this reader has no menu engine"
+            )
         if item.holder == reviewer:
             return item
         taken = self._take(
@@ -272,6 +217,11 @@ class EscalationQueue:
             raise EscalationNotFound(f"{entry_id} is held by {item.holder or 'another reviewer'}")
         audit.record(self.redis, "claim", reviewer, entry_id, item.message)
         return OpenEscalation(entry_id, item.message, item.reply_to, reviewer, 0.0)
+
+    def _can_check(self, item: OpenEscalation) -> bool:
+        """Whether this reader could check an answer to ``item``: a menu's needs the menu
+        engine (``menu_checker``). Another reader with one may answer it: not unreadable."""
+        return item.message.kind != "menu" or self.menu_checker is not None
 
     def release(self, entry_id: str, reviewer: str) -> None:
         """Give an escalation back to the queue for another reviewer."""

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from shared.errors import FieldProblem, ResolutionInvalid
+from shared.menus.escalated import menu_problem
 from shared.questions import fixed_floor
 from shared.replies import Answer, EscalationMessage
 
-__all__ = ["MenuAnswerChecker", "check_resolution", "questions_problem"]
+__all__ = ["MenuAnswerChecker", "answer_problem", "check_resolution", "questions_problem"]
 
 #: Validates a reviewer's pick for a menu escalation; returns the resolved value.
 MenuAnswerChecker = Callable[[EscalationMessage, Any], Any]
@@ -58,6 +59,15 @@ def check_resolution(
     if problems:
         raise ResolutionInvalid(problems)
     return resolved
+
+
+def answer_problem(escalation: EscalationMessage) -> str | None:
+    """Why no reviewer's answer could be checked against this escalation (None: one can): its
+    menu cannot be rebuilt, or its questions cannot be read. What the reviewers' queue, its
+    list and the console skip, one rule for all (``shared.escalation_entries``)."""
+    if escalation.kind == "menu":
+        return menu_problem(escalation)
+    return questions_problem(escalation)
 
 
 def questions_problem(escalation: EscalationMessage) -> str | None:

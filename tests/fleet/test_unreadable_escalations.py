@@ -22,6 +22,7 @@ from shared.escalation_unreadable import note_unreadable
 from shared.escalations import EscalationQueue
 from shared.replies import EscalationMessage, ResultMessage
 from tests.support.services import REDIS_HOST, REDIS_PORT, unavailable
+from worker.kinds.menus import check_menu_answer
 from worker.observability.metrics.fleet import EscalationCounts, escalation_counts
 
 REDIS_DB = 10
@@ -210,3 +211,34 @@ def test_the_list_closes_a_second_entry_of_a_job_resolved_already(
         assert find_open(q, second) is None
     finally:
         r.delete(keys.resolved_record(job), keys.reply_stream(reply_to), labels)
+
+
+def menu_escalation(job_id: str, options: object) -> dict[str, str]:
+    message = EscalationMessage(
+        job_id=job_id, kind="menu", reason="decision_refused", context={"options": options}
+    )
+    return {"job_id": job_id, "type": "escalation", "reply_to": "replies",
+            "message": message.to_json()}
+
+
+def test_a_menu_no_answer_can_be_checked_against_is_not_handed_out(
+    stream: tuple[redis.Redis, str],
+) -> None:
+    # Found by a second attack: the rule passed every menu escalation, so one whose options
+    # cannot be rebuilt was claimed, listed as readable and refused by every resolve.
+    r, name = stream
+    bad = r.xadd(name, menu_escalation("m1", "not a list")).decode()
+    good = r.xadd(name, menu_escalation("m2", [{"name": "refund", "kind": "value",
+                                                 "value": 1}])).decode()
+    skipped: list[tuple[str, str]] = []
+    q = EscalationQueue(r, stream=name, menu_checker=check_menu_answer,
+                        on_skip=lambda e, why: skipped.append((e, why)))
+    taken = q.claim("ann")
+    assert taken is not None and taken.entry_id == good
+    assert [e for e, _why in skipped] == [bad] and "menu options" in skipped[0][1]
+    assert list_open(q).unreadable == [bad]
+    # A reader without the menu engine takes no menu escalation (it could resolve none),
+    # and does not mark it unreadable: another reader can answer it.
+    r.xadd(name, menu_escalation("m3", [{"name": "refund", "kind": "value", "value": 1}]))
+    assert queue(r, name).claim("bob") is None
+    assert counts(r, name) == EscalationCounts(waiting=1, claimed=1, unreadable=1)
