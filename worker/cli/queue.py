@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import redis
 import typer
@@ -103,7 +104,7 @@ def register(app: typer.Typer) -> None:
                 }
                 print_report(dataclasses.replace(estimate, rejected=named), console, err_console)
             return
-        report = client.submit_batch(jobs, reply_to=reply_to, chunk_size=chunk_size, pack=pack)
+        report = _submit_or_say_how_far(client, jobs, reply_to, chunk_size, pack)
         console.print(
             f"submitted {len(report.job_ids)} job(s) in {report.messages} message(s) to "
             f"{_safe_url(settings.broker_url)}; rejected {report.rejected_count}; "
@@ -180,6 +181,34 @@ def register(app: typer.Typer) -> None:
                     typer.echo(entry.message)
         except KeyboardInterrupt:
             pass
+
+
+def _submit_or_say_how_far(
+    client: Client, jobs: list[Any], reply_to: str, chunk_size: int | None, pack: bool
+) -> SubmitReport:
+    """The batch submitted; on Ctrl-C, how many jobs went before it stopped (found by an
+    attack: a Ctrl-C during a 100,000-job submit exited 130 with no word, 208 messages on the
+    queue at the signal and 224 after). The count is of messages the publishing thread
+    confirmed: it finishes what it was handed before the interrupt leaves ``submit_batch``."""
+    queued = 0
+
+    def sent(jobs_in_message: int) -> None:
+        nonlocal queued
+        queued += jobs_in_message
+
+    try:
+        return client.submit_batch(
+            jobs, reply_to=reply_to, chunk_size=chunk_size, pack=pack, on_progress=sent
+        )
+    except KeyboardInterrupt:
+        err_console.print(
+            f"[red]interrupted: {queued} of {len(jobs)} job(s) queued, the others not[/]"
+        )
+        err_console.print(
+            "submitting the same file again is safe: a job id runs once, the queued ones "
+            "are answered once"
+        )
+        raise typer.Exit(130) from None  # the exit status of a Ctrl-C (worker.cli)
 
 
 def _where(key: str, lines: list[JobLine]) -> str:
