@@ -320,7 +320,16 @@ class EstimateReport:
 
     total: Estimate = field(default_factory=Estimate)
     batches: dict[str, Estimate] = field(default_factory=dict)
+    #: Rejected jobs by their id.
     rejected: dict[str, list[FieldProblem]] = field(default_factory=dict)
+    #: Rejected lines with no readable id, by their 0-based position: apart from the ids, as
+    #: ``SubmitReport`` keeps them (a made-up ``line-N`` key let a job whose id was
+    #: ``line-1`` hide a rejection; found by an attack).
+    rejected_lines: dict[int, list[FieldProblem]] = field(default_factory=dict)
+
+    @property
+    def rejected_count(self) -> int:
+        return len(self.rejected) + len(self.rejected_lines)
 
     def add(self, job: AnyJob, requests: list[PlannedRequest], prices: Mapping[str, Price]) -> None:
         self.add_jobs([job], requests, prices)
@@ -355,7 +364,8 @@ def estimate_report(
     prices: Mapping[str, Price] | None = None,
 ) -> EstimateReport:
     """The estimate of raw job lines, each validated by ``validate`` (a line it rejects is in
-    ``rejected``), decide jobs packed as ``Client.submit_batch`` packs them."""
+    ``rejected``, or ``rejected_lines`` without an id), decide jobs packed as
+    ``Client.submit_batch`` packs them."""
     table = price_table(settings, prices)
     report = EstimateReport()
     # As the client's messages: by pack key, count and size (``shared.message_size``).
@@ -379,7 +389,11 @@ def estimate_report(
                 continue
             requests = planned_requests(job, settings)
         except JobInvalid as exc:
-            report.rejected[exc.job_id or job_id or f"line-{line}"] = exc.problems
+            named = exc.job_id or job_id
+            if named:
+                report.rejected[named] = exc.problems
+            else:
+                report.rejected_lines[line] = exc.problems
             continue
         report.add(job, requests, table)
     for message in packs.drain():

@@ -201,3 +201,32 @@ def test_a_rejected_id_like_a_line_key_is_reported_and_a_valid_job_is_not(tmp_pa
     named = dict(re.findall(r"rejected line (\d+):.*\[stream id ([^]]+)\]", said))
     assert sorted(named) == ["2", "4"]
     assert sorted(rejected) == sorted(["line-1", *named.values()]), (rejected, said)
+
+
+def test_a_dry_run_keeps_a_job_whose_id_is_like_a_line_key_apart(tmp_path: Path) -> None:
+    """The dry run's estimate mixed made-up ``line-N`` keys with job ids too: a rejected job
+    ``line-1`` was hidden by the id-less line at position 1, in its listing and its JSON."""
+    good = {"batch": "b", "state": "s", "questions": GOOD_QUESTIONS}
+    lines = [
+        {**good, "id": "line-1", "questions": {"q": {"type": "nope"}}},  # rejected
+        {**good},  # rejected: no id
+        {**good, "id": "line-2"},  # valid
+    ]
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    url = redis_url(REDIS_DB)
+    done = decisions(
+        "submit", str(batch), "--reply-to", "r", "--dry-run", cwd=tmp_path, redis_url=url,
+        broker_url=url,
+    )  # fmt: skip
+    assert traceback_in(done.output) is None and done.code == 0, done.output
+    assert "1 job(s) valid, 2 rejected" in " ".join(done.stdout.split()), done.stdout
+    said = " ".join(done.stderr.split())
+    assert "rejected line-1 (line 1): questions.q" in said, said
+    assert "rejected line 2: id" in said, said
+    as_json = decisions(
+        "submit", str(batch), "--reply-to", "r", "--dry-run", "--json", cwd=tmp_path,
+        redis_url=url, broker_url=url,
+    )  # fmt: skip
+    report = json.loads(as_json.stdout)
+    assert list(report["rejected"]) == ["line-1"] and list(report["rejected_lines"]) == ["2"]

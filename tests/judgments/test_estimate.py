@@ -85,7 +85,7 @@ def test_client_estimate_rejects_names_and_stores_each_batch() -> None:
     ]
     report = client.estimate(jobs)
     assert sorted(report.batches) == ["b1", "b2"]
-    assert set(report.rejected) == {"c", "line-3"}
+    assert set(report.rejected) == {"c"} and set(report.rejected_lines) == {3}
     stored = client.stored_estimate("b1")
     assert stored is not None and stored.requests == 1 and stored.jobs == 1
     assert Estimate.from_json(report.batches["b2"].to_json()).by_provider.keys() == {"faux"}

@@ -63,22 +63,16 @@ def read_jobs(path: Path) -> list[Any]:
     return [line.job for line in read_lines(path)]
 
 
-def line_of(key: str, lines: list[JobLine], *, by_id: bool = False) -> str:
-    """Where a rejected job of a report came from: ``line 12`` (its key is a job id, or
-    ``line-N``, the 0-based position of a job without a readable id, unless ``by_id``: the
-    submit report keeps those apart, and ``line-1`` is then a job's id)."""
-    if not by_id and key.startswith("line-") and key[5:].isdigit() and int(key[5:]) < len(lines):
-        return f"line {lines[int(key[5:])].number}"
-    numbers = [str(line.number) for line in lines if _id(line.job) == key]
+def line_of(job_id: str, lines: list[JobLine]) -> str:
+    """Where a rejected job of a report came from, by its id: ``line 12`` (reports keep the
+    lines without an id apart, by position: an id may read ``line-1``)."""
+    numbers = [str(line.number) for line in lines if _id(line.job) == job_id]
     return f"line {', '.join(numbers[:5])}" if numbers else "line ?"
 
 
-def line_number(key: str, lines: list[JobLine], *, by_id: bool = False) -> JobLine | None:
-    """The line a rejected job of a report came from (``line-N``: its position, unless
-    ``by_id``, as ``line_of``)."""
-    if not by_id and key.startswith("line-") and key[5:].isdigit() and int(key[5:]) < len(lines):
-        return lines[int(key[5:])]
-    found = [line for line in lines if _id(line.job) == key]
+def line_number(job_id: str, lines: list[JobLine]) -> JobLine | None:
+    """The one line a rejected job of a report came from, by its id (None: not one)."""
+    found = [line for line in lines if _id(line.job) == job_id]
     return found[0] if len(found) == 1 else None
 
 

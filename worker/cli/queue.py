@@ -18,7 +18,7 @@ from shared.settings import Settings, get_settings
 from shared.streams import follow_stream, read_stream
 from shared.submit_rejections import submit_rejection
 from shared.tracing import COMMAND_EXPORT_TIMEOUT_S
-from worker.cli.jsonl import JobLine, line_number, line_of, plain_reason, read_lines
+from worker.cli.jsonl import line_number, line_of, plain_reason, read_lines
 from worker.cli.option_values import count, seconds
 from worker.cli.terminal import console, err_console
 from worker.kinds.judgments import judgment_checker
@@ -95,14 +95,18 @@ def register(app: typer.Typer) -> None:
             jobs, reply_to=reply_to, prices=worker_prices(settings, price), pack=pack
         )
         if dry_run:
+            # Lines without an id by their 1-based number in the file, as submit names them.
+            numbered = {lines[n].number: p for n, p in estimate.rejected_lines.items()}
             if as_json:
-                typer.echo(report_json(estimate))
+                typer.echo(report_json(dataclasses.replace(estimate, rejected_lines=numbered)))
             else:
-                # Named as submit names them: 1-based lines, the job's id where it has one.
+                # And a job by its id, with its line.
                 named = {
-                    _where(key, lines): problems for key, problems in estimate.rejected.items()
+                    f"{key} ({line_of(key, lines)})": problems
+                    for key, problems in estimate.rejected.items()
                 }
-                print_report(dataclasses.replace(estimate, rejected=named), console, err_console)
+                shown = dataclasses.replace(estimate, rejected=named, rejected_lines=numbered)
+                print_report(shown, console, err_console)
             return
         report = _submit_or_say_how_far(client, jobs, reply_to, chunk_size, pack)
         console.print(
@@ -111,8 +115,8 @@ def register(app: typer.Typer) -> None:
             f"replies on {reply_to!r}"
         )
         for job_id, problems in report.rejected.items():
-            listed = plain_reason(problems, line_number(job_id, lines, by_id=True))
-            where = f"{job_id} ({line_of(job_id, lines, by_id=True)})"
+            listed = plain_reason(problems, line_number(job_id, lines))
+            where = f"{job_id} ({line_of(job_id, lines)})"
             # Escaped: a job id or message may hold "[", which rich would read as markup.
             err_console.print(f"[yellow]rejected[/] {escape(where)}: {escape(listed)}")
         for position, problems in report.rejected_lines.items():
@@ -209,11 +213,6 @@ def _submit_or_say_how_far(
             "are answered once"
         )
         raise typer.Exit(130) from None  # the exit status of a Ctrl-C (worker.cli)
-
-
-def _where(key: str, lines: list[JobLine]) -> str:
-    where = line_of(key, lines)
-    return where if key.startswith("line-") else f"{key} ({where})"
 
 
 def reply_bound_s(settings: Settings, report: SubmitReport) -> float:

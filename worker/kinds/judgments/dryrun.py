@@ -52,7 +52,7 @@ def estimate_table(estimate: Estimate, title: str | None = None) -> Table:
 def print_report(report: EstimateReport, console: Console, err_console: Console) -> None:
     total = report.total
     console.print(
-        f"dry run: {total.jobs} job(s) valid, {len(report.rejected)} rejected; "
+        f"dry run: {total.jobs} job(s) valid, {report.rejected_count} rejected; "
         f"{total.requests} request(s) after packing; nothing was sent"
     )
     console.print(estimate_table(total, "estimate"))
@@ -66,9 +66,11 @@ def print_report(report: EstimateReport, console: Console, err_console: Console)
             console.print(f"batch {escape(batch)}: {line}", highlight=False)
     if total.menu_jobs:
         console.print(f"{total.menu_jobs} menu job(s): their LLM turns are not estimated")
-    for job_id, problems in report.rejected.items():
+    lines = ((f"line {n}", problems) for n, problems in report.rejected_lines.items())
+    named = [*report.rejected.items(), *lines]
+    for where, problems in named:
         listed = "; ".join(f"{p.field}: {p.message}" for p in problems)
-        err_console.print(f"[yellow]rejected[/] {job_id}: {listed}")
+        err_console.print(f"[yellow]rejected[/] {escape(where)}: {escape(listed)}")
 
 
 _FIT = {
@@ -111,6 +113,10 @@ def report_json(report: EstimateReport) -> str:
         "batches": {name: json.loads(e.to_json()) for name, e in report.batches.items()},
         "rejected": {
             job_id: [p.as_dict() for p in problems] for job_id, problems in report.rejected.items()
+        },
+        # Lines without a readable id, by line (kept apart: an id may read "line-1").
+        "rejected_lines": {
+            str(n): [p.as_dict() for p in problems] for n, problems in report.rejected_lines.items()
         },
     }
     return json.dumps(body, indent=2, sort_keys=True)
