@@ -6,8 +6,8 @@ on asyncio's loop and on uvloop, httpx over aiohttp (``httpx-aiohttp``'s transpo
 both loops, a default ``AsyncClient`` of httpx and of ``httpx2`` (Pydantic's maintained fork,
 with ``httpcore2``), and the worker's own client on ``httpx2`` (``bench.http_stacks_fork``, a
 process of its own). The optional packages are only imported here; a stack whose package is
-missing is reported as such. Issue 18 asked for these figures before choosing one (README
-"Fleet sizing" has them).
+missing is reported as such. Issue 18 asked for these figures before choosing one
+(``bench/HISTORY.md`` has them).
 """
 
 from __future__ import annotations

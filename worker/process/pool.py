@@ -8,7 +8,7 @@ the ``Request`` that acknowledges).
 
 Why this mechanism (measured with ``make bench``'s open-loop scenario and A/B runs of
 single-job messages at faux latency 1 s, one worker process on a 2-core machine shared with
-other work; figures in README "Fleet sizing"):
+other work; figures in ``bench/HISTORY.md``):
 
 - **A thread pool sized from the limit** (``--pool threads --concurrency 200``) gave the
   same rate and CPU per decision as this pool in those runs (27 to 29/s at 19 to 20 ms CPU a
@@ -49,17 +49,17 @@ are blocking Redis calls: one thread (``worker.process.acks``) does them in orde
 loop never waits on them.
 
 Cost per single-job decision (``make bench`` open loop, 100/s offered, PostgreSQL, the same
-loaded 2-core machine, A/B against the code before, figures in README "Fleet sizing"): 13.7
+loaded 2-core machine, A/B against the code before, figures in ``bench/HISTORY.md``): 13.7
 to 15.6 ms of worker CPU fell to 9.4 to 12.6 ms, ``direct`` 2.5 to 2.9 ms. Cut: Celery's task
 events off by default (three publishes a message, a tenth of the CPU; Flower turns them on
 itself); a job's published mark rides on the group commit's next transaction (two awaited
 writes a job, not three: 1.41 ledger transactions a job became 1.01 at saturation, 0.36
 with one PostgreSQL writer); the publish-once script called by its SHA (no ``SCRIPT
 EXISTS`` round trip a batch: 22.8 Redis calls a job, all clients, became 20.5). Not taken
-(``python -m bench.http_stacks``, README "Fleet sizing"): uvloop (no gain), httpx-aiohttp's
+(``python -m bench.http_stacks``, ``bench/HISTORY.md``): uvloop (no gain), httpx-aiohttp's
 transport (2% of a single-job decision; it drops the ``worker.http.connection_pool`` layer
 the "possibly sent" detection stands on), httpx2 (about 2% of a chunked decision). What
-is left is flat (README "Fleet sizing" gives the py-spy shares): ledger, HTTP client,
+is left is flat (README "Fleet sizing" gives the py-spy shares of today's run): ledger, HTTP client,
 Celery and kombu, reply streams, runner, pydantic, thread hand-offs.
 """
 
