@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -47,37 +46,12 @@ from shared.reply_reader import terminal_replies
 from shared.settings import Settings, get_settings
 from shared.streams import RedisPublisher, ReplyPublisher
 from shared.submit_rejections import publish_submit_rejection
+from shared.submit_report import SubmitReport
 
 __all__ = ["PRODUCER_SERVICE", "Client", "JobChecker", "SubmitReport"]
 
 #: Extra submit-time checks (e.g. the worker's provider registry: is this model served?).
 JobChecker = Callable[[Job], list[FieldProblem]]
-
-
-@dataclass
-class SubmitReport:
-    """What a submit did: the ids queued, and the problems of those rejected at once.
-
-    ``rejected`` is keyed by job id only; a job rejected without a readable id is in
-    ``rejected_lines``, by its 0-based position in the jobs submitted (it was under a
-    made-up ``line-N`` key in ``rejected``, which a job could take as its id: found by an
-    attack, one rejection hid another and a queued job was reported rejected)."""
-
-    job_ids: list[str] = field(default_factory=list)
-    rejected: dict[str, list[FieldProblem]] = field(default_factory=dict)
-    rejected_lines: dict[int, list[FieldProblem]] = field(default_factory=dict)
-    messages: int = 0
-    #: The latest deadline of the jobs queued (None: none queued): by then plus the lease
-    #: margin each should have its terminal message, if a worker took it.
-    latest_deadline: datetime | None = None
-
-    @property
-    def all_ids(self) -> list[str]:
-        return [*self.job_ids, *self.rejected]
-
-    @property
-    def rejected_count(self) -> int:
-        return len(self.rejected) + len(self.rejected_lines)
 
 
 class _RejectionUnpublished(Exception):
