@@ -75,7 +75,10 @@ def decode_entry(
     if not keys.is_reply_name(reply_to):
         on_skip(entry_id, f"its reply_to {reply_to[:80]!r} is not a stream name")
         return None
-    unanswerable = answer_problem(message)
+    try:
+        unanswerable = answer_problem(message)
+    except Exception as exc:  # one entry's shape must never stop the queue for every reader
+        unanswerable = f"it cannot be read ({type(exc).__name__})"
     if unanswerable is not None:
         on_skip(entry_id, unanswerable)
         return None

@@ -63,6 +63,10 @@ def menu_of_escalation(escalation: EscalationMessage) -> Menu:
     described = escalation.context.get("handler_params") or {}
     if not isinstance(options, list) or not options:
         raise ResolutionInvalid([FieldProblem("answer", "the escalation carries no menu options")])
+    if not isinstance(described, Mapping):
+        raise ResolutionInvalid(
+            [FieldProblem("answer", "the escalation's handler_params are not an object")]
+        )
     rebuilt: list[Option] = []
     try:
         for item in options:
@@ -74,7 +78,11 @@ def menu_of_escalation(escalation: EscalationMessage) -> Menu:
             else:
                 rebuilt.extend(menu_from_json([item], {}).options)
         return build_menu(tuple(rebuilt))
-    except (MenuSpecInvalid, KeyError, TypeError, ValueError) as exc:
+    # Anyone's JSON: a description that is an object, parameters of another shape reach the
+    # engine as AttributeError too (found by an attack: one such entry stopped every claim).
+    except (
+        MenuSpecInvalid, KeyError, TypeError, ValueError, AttributeError, RecursionError
+    ) as exc:
         raise ResolutionInvalid(
             [FieldProblem("answer", f"the escalation's menu cannot be rebuilt: {exc}")]
         ) from None

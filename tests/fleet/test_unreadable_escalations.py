@@ -242,3 +242,35 @@ def test_a_menu_no_answer_can_be_checked_against_is_not_handed_out(
     r.xadd(name, menu_escalation("m3", [{"name": "refund", "kind": "value", "value": 1}]))
     assert queue(r, name).claim("bob") is None
     assert counts(r, name) == EscalationCounts(waiting=1, claimed=1, unreadable=1)
+
+
+HANDLER = {"kind": "handler", "name": "refund", "handler": "shop:refund"}
+
+
+@pytest.mark.parametrize(
+    "context",
+    [
+        {"options": [HANDLER], "handler_params": "x"},
+        {"options": [HANDLER], "handler_params": [1]},
+        {"options": [{**HANDLER, "description": {"a": 1}}],
+         "handler_params": {"refund": {"params": []}}},
+    ],
+    ids=["params-a-string", "params-a-list", "description-an-object"],
+)
+def test_a_menu_of_another_shape_is_skipped_and_the_queue_goes_on(
+    stream: tuple[redis.Redis, str], context: dict[str, object]
+) -> None:
+    # Found by a third attack: the menu's rebuild raised AttributeError on these, out of the
+    # claim and the list, for every reader: one entry stopped the queue.
+    r, name = stream
+    message = EscalationMessage(
+        job_id="menu-bad", kind="menu", reason="decision_refused", context=context
+    )
+    bad = r.xadd(name, {"job_id": "menu-bad", "type": "escalation", "reply_to": "replies",
+                        "message": message.to_json()}).decode()
+    good = r.xadd(name, escalation("good")).decode()
+    q = EscalationQueue(r, stream=name, menu_checker=check_menu_answer,
+                        on_skip=lambda _e, _why: None)
+    taken = q.claim("ann")
+    assert taken is not None and taken.entry_id == good
+    assert list_open(q).unreadable == [bad]
