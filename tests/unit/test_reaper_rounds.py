@@ -18,7 +18,7 @@ from shared.fingerprint import job_fingerprint
 from shared.job_parsing import parse_job
 from shared.settings import Settings
 from tests.support.runners import faux_runner
-from worker.ledger import Ledger
+from worker.ledger import Ledger, LedgerUnavailable
 from worker.ledger.models import calls, jobs
 from worker.process import context
 from worker.recovery import reaper
@@ -192,5 +192,48 @@ def test_a_claim_left_on_a_finished_job_is_booked_unknown_and_nothing_is_publish
         row = ledger.get_job("c-finished")
         assert row is not None and row.terminal_reason == "deadline_exceeded"
         assert [e["event"] for e in logs] == ["reaper.stray_claim_closed"]
+    finally:
+        ledger.dispose()
+
+
+@pytest.mark.parametrize("away_at", ["end_unreadable", "expire_claim"])
+def test_the_ledger_away_between_the_escalation_and_the_claim_loses_nothing(
+    ledger_url: str, monkeypatch: pytest.MonkeyPatch, away_at: str
+) -> None:
+    # Found by an attack: the claim was booked first, in a transaction of its own; the ledger
+    # away (or the process killed) before the escalation left a booked claim no round lists
+    # again, and the job without its terminal message for good.
+    settings = Settings(_env_file=None, ledger_url=ledger_url, faux_url=None)
+    ledger = Ledger.from_settings(settings)
+    ledger.migrate()
+    try:
+        claimed_and_expired(ledger, "a-poison")
+        with ledger.engine.begin() as conn:
+            conn.execute(
+                sa.update(jobs).where(jobs.c.job_id == "a-poison").values(job_json='["old"]')
+            )
+        runner, _faux, sink = faux_runner(settings, ledger)
+
+        async def away_async(*_: Any, **__: Any) -> None:
+            raise LedgerUnavailable("the ledger went away")
+
+        def away(*_: Any, **__: Any) -> None:
+            raise LedgerUnavailable("the ledger went away")
+
+        with monkeypatch.context() as patched:
+            if away_at == "end_unreadable":
+                patched.setattr(runner.delivery, "end_unreadable", away_async)
+            else:
+                patched.setattr(ledger, "expire_claim", away)
+            with pytest.raises(LedgerUnavailable):
+                asyncio.run(reap_once(ledger, runner))
+        for _ in range(2):  # the ledger is back: later rounds
+            asyncio.run(reap_once(ledger, runner))
+        call = ledger.get_call("a-poison", "decide")
+        assert call is not None and call.status == "unknown"
+        row = ledger.get_job("a-poison")
+        assert row is not None and row.finished
+        assert [(m.job_id, m.type) for m in sink.snapshot()] == [("a-poison", "escalation")]
+        assert '"kind":"decide"' in (row.terminal_message or "").replace(" ", "")
     finally:
         ledger.dispose()

@@ -14,6 +14,7 @@ Deadlines are absolute and fixed at the first delivery: the stored row's counts.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -128,16 +129,19 @@ class JobLifecycle:
 
     async def end_unreadable(self, row: JobRow) -> str:
         """End a job whose stored body no longer reads as a job (damaged, or of a shape this
-        release refuses) and whose calls are all booked: an escalation made of what its row
-        says (id, batch, reply stream) and its calls' receipts, stored (first wins) and
-        published once. Before, the reaper left such a job claimed for good: no terminal
-        message, its reservation held; running it would publish a ``rejected`` for a call
-        that may have been sent."""
+        release refuses): an escalation made of what its row says (id, kind, batch, reply
+        stream) and its calls' receipts, stored (first wins) and published once. Before, the
+        reaper left such a job claimed for good: no terminal message, its reservation held;
+        running it would publish a ``rejected`` for a call that may have been sent."""
         calls = await self.ledger.calls(row.job_id)
+        # Ended before its claims are booked (the reaper's order: a crash between the two
+        # leaves a claim on a finished job, which the next round books): a claim is unknown.
+        booked = [replace(c, status="unknown") if c.status == "claimed" else c for c in calls]
         message = EscalationMessage(
             job_id=row.job_id,
             batch=row.batch,
-            receipts=[stored_receipt(call) for call in calls],
+            kind=row.kind,
+            receipts=[stored_receipt(call) for call in booked],
             reason="decision_interrupted",
             detail=(
                 f"the {row.kind} job's stored body no longer reads as a job; "

@@ -105,8 +105,12 @@ async def reap_once(ledger: Ledger, runner: Runner, *, now: datetime | None = No
             if raw is None:
                 # Its id only: the body is a producer's data, and unreadable anyway.
                 log.error("reaper.unreadable_job", **where)
-                await asyncio.to_thread(ledger.expire_claim, job_id=call.job_id, step=call.step)
+                # The job's message first, then the claim: the other order lost the job for
+                # good when the process or the ledger went between the two (found by an
+                # attack: a booked claim is never listed again); this one leaves a claim on
+                # a finished job, which the next round books as the stray claim above.
                 outcome = await runner.delivery.end_unreadable(row)
+                await asyncio.to_thread(ledger.expire_claim, job_id=call.job_id, step=call.step)
             else:
                 outcome = await runner.run_one(raw)
         except _AWAY:
