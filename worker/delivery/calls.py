@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -42,6 +42,7 @@ from worker.ledger import (
     JobFinished,
     JobRow,
     OverBudget,
+    PlannedOtherwise,
 )
 from worker.ledger.leases import trusted_reach
 from worker.observability.observer import Observer
@@ -119,6 +120,28 @@ class CallProtocol:
         ``budget``, a fresh claim has reserved the request's worst case; a ``BudgetRefusal``
         when a budget could not take it: nothing is claimed, and nothing may be sent (the
         job escalates ``budget_exhausted`` with its figures)."""
+        claimed = await self.claim_in_plan(
+            job_id, step, provider=provider, model=model, request_sha256=request_sha256,
+            deadline=deadline, budget=budget, plan=None,
+        )  # fmt: skip
+        assert not isinstance(claimed, PlannedOtherwise)  # only a claim naming a plan
+        return claimed
+
+    async def claim_in_plan(
+        self,
+        job_id: str,
+        step: str,
+        *,
+        plan: Mapping[str, str | None] | None,
+        provider: str,
+        model: str | None,
+        request_sha256: str | None,
+        deadline: datetime,
+        budget: BudgetAsk | None = None,
+    ) -> Claim | JobRow | BudgetRefusal | PlannedOtherwise:
+        """``claim``, for a job whose delivery plans several calls: ``plan`` names them all
+        (step: request digest), and a ``PlannedOtherwise`` comes back when the job holds a
+        call the plan does not make: nothing is claimed, and nothing may be sent."""
         try:
             return await self.ledger.claim(
                 job_id=job_id,
@@ -128,7 +151,10 @@ class CallProtocol:
                 request_sha256=request_sha256,
                 lease_expires=self.lease(deadline),
                 budget=budget,
+                plan=plan,
             )
+        except PlannedOtherwise as otherwise:
+            return otherwise
         except JobFinished as finished:
             return finished.job
         except OverBudget as over:

@@ -11,7 +11,7 @@ learns exactly what the ``Ledger`` method would have told it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -116,6 +116,7 @@ class LedgerIO:
         request_sha256: str | None,
         lease_expires: datetime,
         budget: BudgetAsk | None = None,
+        plan: Mapping[str, str | None] | None = None,
     ) -> Claim:
         kwargs: dict[str, Any] = {
             "job_id": job_id,
@@ -126,6 +127,8 @@ class LedgerIO:
             "lease_expires": lease_expires,
             "budget": budget,
         }
+        if plan is not None:  # only judgment jobs name one (the group commit passes it on)
+            kwargs["plan"] = plan
         with claim_span(job_id=job_id, step=step, provider=provider):
             if self.group is not None:
                 claim: Claim = await self.group.claim(**kwargs)

@@ -12,6 +12,7 @@ from worker.ledger.errors import (
     JobNotFound,
     LedgerUnavailable,
     OverBudget,
+    PlannedOtherwise,
     TablesMissing,
 )
 from worker.ledger.pack_ops import MemberClaim, MemberFinish, PackClaim
@@ -56,6 +57,7 @@ __all__ = [
     "MemberFinish",
     "OverBudget",
     "PackClaim",
+    "PlannedOtherwise",
     "RowStatus",
     "TablesMissing",
     "current_revision",

@@ -17,6 +17,7 @@ running it (measured: 0.23 ms against 0.05 ms on SQLite).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -26,7 +27,13 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from shared.errors import LedgerError
 from worker.ledger import budget_ops
-from worker.ledger.errors import CallNotFound, ClaimLost, JobFinished, JobNotFound
+from worker.ledger.errors import (
+    CallNotFound,
+    ClaimLost,
+    JobFinished,
+    JobNotFound,
+    PlannedOtherwise,
+)
 from worker.ledger.leases import claim_reach
 from worker.ledger.models import calls, jobs, to_utc
 from worker.ledger.rows import OUTCOME_STATUSES, BudgetAsk, CallOutcome, CallRow, Claim, JobRow
@@ -56,6 +63,14 @@ _READ = select(calls).where(_KEY)
 # message is never claimed again (PostgreSQL; SQLite's IMMEDIATE writers are serial anyway).
 _JOB_FOR_SHARE = (
     select(jobs).where(jobs.c.job_id == bindparam("k_job")).with_for_update(read=True)
+)
+# A claim that names its delivery's plan locks the job's row for update instead: two
+# deliveries planned otherwise then claim one after the other, and the second sees the
+# first's call (``_planned_otherwise``). Only judgment jobs name a plan; their steps go
+# one after another anyway.
+_JOB_FOR_UPDATE = select(jobs).where(jobs.c.job_id == bindparam("k_job")).with_for_update()
+_JOB_CALLS = select(calls.c.step, calls.c.request_sha256).where(
+    calls.c.job_id == bindparam("k_job")
 )
 
 _RECLAIM = (
@@ -175,6 +190,7 @@ def claim_call(
     pack_id: str | None = None,
     job_checked: bool = False,
     budget: BudgetAsk | None = None,
+    plan: Mapping[str, str | None] | None = None,
 ) -> Claim:
     """Claim (job_id, step): insert it, or re-claim it if ``not_sent``; else the stored row.
 
@@ -182,13 +198,25 @@ def claim_call(
     sent then would be paid for and its answer thrown away. ``job_checked``: the caller
     opened the job in this transaction (so it is not finished). With ``budget``, a fresh
     claim reserves the request's worst case against every budget covering it, in this same
-    transaction; ``OverBudget`` (nothing claimed, nothing reserved) if one cannot take it."""
+    transaction; ``OverBudget`` (nothing claimed, nothing reserved) if one cannot take it.
+    With ``plan`` (every step its delivery plans, by request digest), a claim that would be
+    fresh is refused (``PlannedOtherwise``, nothing claimed) when the job holds a call the
+    plan does not make: an earlier delivery packed the items otherwise, and a step of this
+    plan may carry items of a request whose outcome is unknown (found by an attack: two
+    deliveries of a sift packed otherwise, one's first step refused by its budget, sent
+    items twice; checked before each claim, outside its transaction, it still could)."""
     if not job_checked:
-        job = conn.execute(_JOB_FOR_SHARE, {"k_job": job_id}).first()
+        locked = _JOB_FOR_SHARE if plan is None else _JOB_FOR_UPDATE
+        job = conn.execute(locked, {"k_job": job_id}).first()
         if job is None:
             raise JobNotFound(job_id)
         if job.terminal_message is not None:
             raise JobFinished(JobRow(**job._mapping))
+    if plan is not None:
+        stored = read_call(conn, job_id, step)
+        if stored is not None and stored.status != "not_sent":
+            return Claim(fresh=False, call=stored)  # settles as it stands
+        _planned_otherwise(conn, job_id, plan)
     lease = to_utc(lease_expires)
     reservation: budget_ops.Reservation | None = None
     if budget is not None and budget_ops.applies(conn, budget):
@@ -240,6 +268,12 @@ def claim_call(
     stored = read_call(conn, job_id, step)
     assert stored is not None  # the conflict that stopped the insert
     return Claim(fresh=False, call=stored)
+
+
+def _planned_otherwise(conn: Connection, job_id: str, plan: Mapping[str, str | None]) -> None:
+    for step, digest in conn.execute(_JOB_CALLS, {"k_job": job_id}):
+        if step not in plan or plan[step] != digest:
+            raise PlannedOtherwise(job_id, step)
 
 
 def validate_outcome(outcome: CallOutcome) -> None:

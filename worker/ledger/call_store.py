@@ -5,7 +5,7 @@ why each step is what it is, are drawn in ``call_ops``; packs in ``pack_ops``.""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 
@@ -39,6 +39,7 @@ class CallMethods:
         request_sha256: str | None,
         lease_expires: datetime,
         budget: BudgetAsk | None = None,
+        plan: Mapping[str, str | None] | None = None,
     ) -> Claim:
         """Claim the call (job_id, step); committed before this returns.
 
@@ -48,7 +49,8 @@ class CallMethods:
         the job has stored its terminal message, checked in the claim's own transaction.
         With ``budget``, a fresh claim reserves the request's worst case in the same
         transaction (``budget_ops``); ``OverBudget`` if a budget cannot take it: nothing is
-        claimed.
+        claimed. With ``plan``, ``PlannedOtherwise`` (nothing claimed) for a job holding a
+        call the plan does not make (``call_ops.claim_call``).
         """
         with self.transaction() as conn:
             try:
@@ -62,6 +64,7 @@ class CallMethods:
                     lease_expires=lease_expires,
                     now=self.now(),
                     budget=budget,
+                    plan=plan,
                 )
             except OverBudget as over:
                 refused = over  # raised once the budget the job's budget_usd set is committed

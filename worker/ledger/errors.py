@@ -14,6 +14,7 @@ All stay inside the one exception tree: ``except LedgerError`` still catches the
     ├── ClaimLost           an outcome for a call that is no longer claimed (not written)
     ├── JobFinished         a claim for a job whose terminal message is stored (not claimed)
     ├── OverBudget          a claim whose worst case does not fit a budget (not claimed)
+    ├── PlannedOtherwise    a claim of a job an earlier delivery planned otherwise (not claimed)
     ├── CallNotFound        no such call was ever claimed (a bug in the caller)
     └── JobNotFound         no such job was ever opened (a bug in the caller)
 
@@ -37,6 +38,7 @@ __all__ = [
     "NotADatabase",
     "OverBudget",
     "OverServerLimit",
+    "PlannedOtherwise",
     "TablesMissing",
 ]
 
@@ -133,3 +135,16 @@ class OverBudget(LedgerError):
     def __init__(self, refusal: BudgetRefusal) -> None:
         self.refusal = refusal
         super().__init__(refusal.detail())
+
+
+class PlannedOtherwise(LedgerError):
+    """A claim that names the calls its delivery plans (``plan``) for a job holding a call
+    that plan does not make: another step, or another request for the step (the worker's
+    settings changed between deliveries, so items were packed otherwise). Nothing was
+    claimed: the stored call may have carried items this claim's request would carry again.
+    ``step`` names the stored call."""
+
+    def __init__(self, job_id: str, step: str) -> None:
+        self.job_id = job_id
+        self.step = step
+        super().__init__(f"job {job_id} holds {step}, which this delivery does not plan")

@@ -19,13 +19,14 @@ a step of this plan with no row of its own may hold items an earlier request car
 an outcome nobody knows (found by an attack: 350 items sent in one request, its worker
 killed, then redelivered after a deploy that packs 100 a request; the first step was
 reported interrupted, the three after it claimed afresh and items 100 to 349 paid again).
-Its remaining steps count as interrupted too, unless a row of their own settles them. A
-delivery reads the job's stored calls before its first step (``meet_earlier``): an earlier
-delivery's rows need not be a prefix of its steps (a step the budget refused has none; found
-by a second attack: a sift whose first step was refused and whose second was claimed, then
-redelivered packed otherwise, sent that second step's items again in its first). Deliveries
-running at once go in step order, so they meet at the first step whose requests differ, and
-the one that finds the other's there stops.
+Its remaining steps count as interrupted too, unless a row of their own settles them. Each
+claim names the delivery's whole plan (every step, by request digest), and the ledger
+refuses, in the claim's own transaction with the job's row locked, a fresh claim for a job
+holding a call the plan does not make (``PlannedOtherwise``). An earlier delivery's rows need
+not be a prefix of its steps (a step the budget refused has none: found by a second attack,
+a sift whose first step was refused and whose second claimed, redelivered packed otherwise,
+sent the second's items again in its first), and two deliveries may run at once (found by a
+third attack: one read the job's calls before its first claim, the other claimed between).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from shared.jobs import AnyJob
 from shared.judgments.steps import StepResult
 from worker.delivery import Delivery, lost_cost, stored_answers, stored_receipt, unreadable
 from worker.kinds.judgments.plan import PlannedCall
-from worker.ledger import BudgetRefusal, CallRow, ClaimLost, JobRow
+from worker.ledger import BudgetRefusal, CallRow, ClaimLost, JobRow, PlannedOtherwise
 from worker.process.faults import fault_point
 
 __all__ = ["JobCalls"]
@@ -48,7 +49,12 @@ class JobCalls:
     """The calls of one delivery of one job."""
 
     def __init__(
-        self, delivery: Delivery, job_id: str, deadline: datetime, job: AnyJob | None = None
+        self,
+        delivery: Delivery,
+        job_id: str,
+        deadline: datetime,
+        plan: list[PlannedCall],
+        job: AnyJob | None = None,
     ) -> None:
         self.delivery = delivery
         self.job_id = job_id
@@ -59,14 +65,9 @@ class JobCalls:
         #: The first step an earlier delivery sent as another request (None: none met): past
         #: it, nothing is claimed afresh.
         self.planned_otherwise: str | None = None
-
-    async def meet_earlier(self, plan: list[PlannedCall]) -> None:
-        """Before the first step: if an earlier delivery stored a call this plan does not
-        make (another step, or another request for the step), claim nothing new."""
-        mine = {p.step: p.prepared.request_sha256 for p in plan}
-        for row in await self.delivery.ledger.calls(self.job_id):
-            if row.step not in mine or row.request_sha256 != mine[row.step]:
-                self.planned_otherwise = self.planned_otherwise or row.step
+        #: Every step this delivery plans, by request digest: each claim names them all, and
+        #: the ledger refuses one for a job holding a call they do not make.
+        self.plan = {p.step: p.prepared.request_sha256 for p in plan}
 
     async def call(self, planned: PlannedCall) -> StepResult | JobRow:
         """The step's result; or the job's row if another delivery finished the job meanwhile."""
@@ -83,15 +84,11 @@ class JobCalls:
             earlier = await delivery.earlier_call(self.job_id, step)
             if earlier is not None:
                 return await self._settle(planned, earlier)
-            return StepResult(
-                step, "unknown", None, reason="decision_interrupted",
-                detail=f"{step} was not sent: an earlier delivery sent "
-                f"{self.planned_otherwise} as another request (the worker's settings "
-                "changed), so its items may have gone in a request whose outcome is unknown",
-            )
-        claim = await delivery.claim(
+            return self._not_claimed(step)
+        claim = await delivery.claim_in_plan(
             self.job_id,
             step,
+            plan=self.plan,
             provider=planned.provider.name,
             model=planned.prepared.model,
             request_sha256=planned.prepared.request_sha256,
@@ -102,6 +99,9 @@ class JobCalls:
         )
         if isinstance(claim, JobRow):
             return claim
+        if isinstance(claim, PlannedOtherwise):
+            self.planned_otherwise = self.planned_otherwise or claim.step
+            return self._not_claimed(step)
         if isinstance(claim, BudgetRefusal):
             # Nothing claimed, nothing sent: the step did not fit the budget.
             return StepResult(
@@ -128,6 +128,14 @@ class JobCalls:
             raise asyncio.CancelledError
         return StepResult(
             step, sent.status, sent.receipt, sent.answers, sent.reason, sent.detail
+        )
+
+    def _not_claimed(self, step: str) -> StepResult:
+        return StepResult(
+            step, "unknown", None, reason="decision_interrupted",
+            detail=f"{step} was not sent: an earlier delivery stored {self.planned_otherwise}, "
+            "which this one does not plan (the worker's settings changed), so its items may "
+            "have gone in a request whose outcome is unknown",
         )
 
     async def _settle(self, planned: PlannedCall, call: CallRow) -> StepResult | JobRow:

@@ -76,8 +76,7 @@ class JudgmentRunner:
         row = await delivery.open(raw, job)
         if isinstance(row, str):
             return row
-        calls = JobCalls(delivery, job.id, row.deadline, job)
-        await calls.meet_earlier(_planned(plan))
+        calls = JobCalls(delivery, job.id, row.deadline, _planned(plan), job)
         ended = await self._run(job, plan, calls)
         if isinstance(ended, JobRow):
             return await delivery.publish(ended, job.reply_to)
