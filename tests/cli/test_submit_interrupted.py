@@ -41,6 +41,10 @@ def test_ctrl_c_during_a_submit_says_how_many_jobs_were_queued(tmp_path: Path) -
         submit = subprocess.Popen(
             [DECISIONS, "submit", str(batch), "--reply-to", "big", "--chunk-size", "1"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            # As from a terminal: a shell running the suite in the background ignores SIGINT,
+            # its children inherit that, and Python then never raises KeyboardInterrupt (the
+            # fresh-clone CI of d392378 ran so: the submit ran to its end).
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         try:
             until = time.monotonic() + 60

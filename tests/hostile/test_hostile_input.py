@@ -223,7 +223,7 @@ def test_hostile_jobs_are_answered_or_rejected_and_nothing_dies(
     invalid = [m for j, ms in replies.items() if j.startswith("invalid-") for m in ms]
     assert len(invalid) >= len(unreadable)
     assert all(m["problems"][0]["field"] == "(body)" for m in invalid)
-    assert len(report.rejected) + len(report.job_ids) == BATCH
+    assert report.rejected_count + len(report.job_ids) == BATCH
     # Raw text that breaks a whole message: dropped, and never answered.
     for h in via_raw:
         if h.alone:
