@@ -281,6 +281,7 @@ class Client:
                         report.rejected_lines[position] = exc.problems
                     else:
                         report.rejected[exc.job_id] = exc.problems
+                    report.rejections += 1
                     continue
                 report.job_ids.append(job.id)
                 self._note_deadline(report, job)

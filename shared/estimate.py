@@ -326,10 +326,12 @@ class EstimateReport:
     #: ``SubmitReport`` keeps them (a made-up ``line-N`` key let a job whose id was
     #: ``line-1`` hide a rejection; found by an attack).
     rejected_lines: dict[int, list[FieldProblem]] = field(default_factory=dict)
+    #: Every job rejected, a repeated id each time (``rejected`` keeps one entry an id).
+    rejections: int = 0
 
     @property
     def rejected_count(self) -> int:
-        return len(self.rejected) + len(self.rejected_lines)
+        return max(self.rejections, len(self.rejected) + len(self.rejected_lines))
 
     def add(self, job: AnyJob, requests: list[PlannedRequest], prices: Mapping[str, Price]) -> None:
         self.add_jobs([job], requests, prices)
@@ -394,6 +396,7 @@ def estimate_report(
                 report.rejected[named] = exc.problems
             else:
                 report.rejected_lines[line] = exc.problems
+            report.rejections += 1
             continue
         report.add(job, requests, table)
     for message in packs.drain():

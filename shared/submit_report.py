@@ -33,6 +33,10 @@ class SubmitReport:
     def all_ids(self) -> list[str]:
         return [*self.job_ids, *self.rejected]
 
+    #: Every job rejected at once, a repeated id each time (``rejected`` keeps one entry an
+    #: id: found by an attack, three rejections reported as two).
+    rejections: int = 0
+
     @property
     def rejected_count(self) -> int:
-        return len(self.rejected) + len(self.rejected_lines)
+        return max(self.rejections, len(self.rejected) + len(self.rejected_lines))

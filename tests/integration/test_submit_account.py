@@ -77,3 +77,24 @@ def test_a_rejected_job_without_an_id_is_apart_from_job_ids() -> None:
     assert list(report.rejected) == ["line-1"] and list(report.rejected_lines) == [1]
     assert [p.field for p in report.rejected_lines[1]] == ["id"]
     assert report.rejected_count == 2 and report.all_ids == ["line-2", "line-1"]
+
+
+def test_every_rejection_is_counted_a_repeated_id_each_time() -> None:
+    """Found by an attack: ``rejected`` keeps one entry an id, so three rejections of two
+    ids (one of them beside a queued job of the same id) were reported as two."""
+    jobs = [
+        decide_job("dup", questions={"q": {"type": "nope"}}),
+        decide_job("dup"),  # queued
+        decide_job("twice", questions={"q": {"type": "nope"}}),
+        {**decide_job("twice"), "batch": 7},
+    ]
+    with redis_database(REDIS_DB) as r:
+        url = redis_url(REDIS_DB)
+        client = Client(Settings(_env_file=None, redis_url=url, broker_url=url))
+        report = client.submit_batch(jobs, reply_to="account:dups")
+        published = r.xlen(keys.reply_stream("account:dups"))
+        estimate = client.estimate(jobs, reply_to="account:dups")
+    assert report.job_ids == ["dup"]
+    assert published == 3
+    assert report.rejected_count == 3
+    assert estimate.rejected_count == 3
