@@ -5,6 +5,7 @@ one failing step of a round (reap, relay, intake recovery) never skips the other
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
@@ -68,6 +69,13 @@ def claimed_and_expired(ledger: Ledger, job_id: str) -> None:
         )
 
 
+def poisoned(ledger: Ledger, body: str, job_id: str = "a-poison") -> None:
+    """A claimed and expired job whose stored body is ``body``: one that no longer reads."""
+    claimed_and_expired(ledger, job_id)
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.update(jobs).where(jobs.c.job_id == job_id).values(job_json=body))
+
+
 @pytest.mark.parametrize(
     "job_json",
     [
@@ -86,12 +94,8 @@ def test_an_unreadable_expired_claim_is_booked_and_its_job_escalated_without_run
     ledger = Ledger.from_settings(settings)
     ledger.migrate()
     try:
-        for job_id in ("a-poison", "b-good"):
-            claimed_and_expired(ledger, job_id)
-        with ledger.engine.begin() as conn:
-            conn.execute(
-                sa.update(jobs).where(jobs.c.job_id == "a-poison").values(job_json=job_json)
-            )
+        poisoned(ledger, job_json)
+        claimed_and_expired(ledger, "b-good")
         runner, faux, sink = faux_runner(settings, ledger)
         with capture_logs() as logs:
             assert asyncio.run(reap_once(ledger, runner)) == 2
@@ -207,11 +211,7 @@ def test_the_ledger_away_between_the_escalation_and_the_claim_loses_nothing(
     ledger = Ledger.from_settings(settings)
     ledger.migrate()
     try:
-        claimed_and_expired(ledger, "a-poison")
-        with ledger.engine.begin() as conn:
-            conn.execute(
-                sa.update(jobs).where(jobs.c.job_id == "a-poison").values(job_json='["old"]')
-            )
+        poisoned(ledger, '["old"]')
         runner, _faux, sink = faux_runner(settings, ledger)
 
         async def away_async(*_: Any, **__: Any) -> None:
@@ -235,5 +235,38 @@ def test_the_ledger_away_between_the_escalation_and_the_claim_loses_nothing(
         assert row is not None and row.finished
         assert [(m.job_id, m.type) for m in sink.snapshot()] == [("a-poison", "escalation")]
         assert '"kind":"decide"' in (row.terminal_message or "").replace(" ", "")
+    finally:
+        ledger.dispose()
+
+
+#: A body an older release stored, of a shape this release refuses.
+OLD_SHAPE = '{"id": "a-poison", "reply_to": "r", "questions": "old"}'
+
+
+@pytest.mark.parametrize("reaper_first", [True, False], ids=["reaper-first", "redelivery-first"])
+def test_a_redelivery_of_a_body_this_release_refuses_adds_no_second_terminal_message(
+    ledger_url: str, reaper_first: bool
+) -> None:
+    # Found by an attack: the redelivery published a rejected (telling the producer to submit
+    # again what may have been paid) and the reaper an escalation: two terminal messages.
+    settings = Settings(_env_file=None, ledger_url=ledger_url, faux_url=None)
+    ledger = Ledger.from_settings(settings)
+    ledger.migrate()
+    try:
+        poisoned(ledger, OLD_SHAPE)
+        runner, faux, sink = faux_runner(settings, ledger)
+        steps = [
+            lambda: asyncio.run(reap_once(ledger, runner)),
+            lambda: asyncio.run(runner.run_one(json.loads(OLD_SHAPE))),
+        ]
+        for step in steps if reaper_first else steps[::-1]:
+            step()
+        asyncio.run(reap_once(ledger, runner))  # and a later round
+        mine = [m.type for m in sink.snapshot() if m.job_id == "a-poison"]
+        assert mine == ["escalation"], mine
+        assert faux.total() == 0
+        # Another body under the same id is still rejected, as open rejects it.
+        other = {**json.loads(OLD_SHAPE), "questions": "other"}
+        assert asyncio.run(runner.run_one(other)) == "rejected"
     finally:
         ledger.dispose()

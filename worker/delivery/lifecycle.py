@@ -13,6 +13,7 @@ Deadlines are absolute and fixed at the first delivery: the stored row's counts.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime
@@ -25,6 +26,7 @@ from shared.fingerprint import job_fingerprint
 from shared.job_parsing import job_deadline, parse_job
 from shared.jobs import AnyJob
 from shared.judgments.contexts import escalation_context
+from shared.limits import MAX_ID_CHARS
 from shared.replies import EscalationMessage, TerminalMessage
 from shared.settings import Settings
 from worker.delivery.ledger_io import LedgerIO
@@ -38,6 +40,9 @@ from worker.process.faults import fault_point
 __all__ = ["JobLifecycle", "TerminalMessage"]
 
 log = structlog.get_logger("decisions.delivery")
+
+#: Fields a producer's client stamps as text a stored body may write otherwise: not compared.
+_STAMPED = frozenset({"submitted_at", "deadline"})
 
 P = TypeVar("P")
 
@@ -89,7 +94,47 @@ class JobLifecycle:
                 return await self.refs_not_fetched(raw, job, exc.problems)
             return job, _planned(fetched, plan)
         except JobInvalid as exc:
+            held = await self._held(raw)
+            if held is not None:
+                return await self._held_but_refused(held)
             return await self.outbox.reject(raw, exc.problems)
+
+    async def _held(self, raw: Any) -> JobRow | None:
+        """The ledger's row of this very job when an earlier delivery opened it, else None.
+
+        A body this release refuses (a field of an older shape) or cannot plan (a provider
+        gone) may be a job an earlier release opened and whose calls may have been sent: a
+        ``rejected`` then is a second terminal message beside the one the reaper ends it with
+        (found by an attack), and tells the producer to submit again what may have been paid.
+        The very job: its id, and every field the body has equal to the stored body's (a
+        body of other content under the same id is rejected, as ``open`` rejects it)."""
+        job_id = raw.get("id") if isinstance(raw, dict) else None
+        if not (isinstance(job_id, str) and 0 < len(job_id) <= MAX_ID_CHARS):
+            return None
+        row = await self.ledger.get_job(job_id)
+        if row is None:
+            return None
+        try:
+            stored = json.loads(row.job_json)
+        except ValueError:
+            return None
+        same = isinstance(stored, dict) and all(
+            key in _STAMPED or (key in stored and stored[key] == value)
+            for key, value in raw.items()
+        )
+        return row if same else None
+
+    async def _held_but_refused(self, row: JobRow) -> str:
+        """A job the ledger holds whose body this release refuses: its stored message again
+        if it has one; else ended as the reaper ends it (``end_unreadable``), unless a call of
+        it is still claimed, whose holder or, once its lease ends, the reaper settles it."""
+        if row.finished:
+            return await self.publish(row, row.reply_to)
+        calls = await self.ledger.calls(row.job_id)
+        if any(call.status == "claimed" for call in calls):
+            log.warning("job.held_unreadable", job_id=row.job_id)
+            return "deferred"
+        return await self.end_unreadable(row)
 
     async def refs_not_fetched(self, raw: Any, job: AnyJob, problems: list[FieldProblem]) -> str:
         """A valid job whose image refs cannot be fetched now (a store down or slow, the
