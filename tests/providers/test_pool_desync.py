@@ -17,10 +17,12 @@ import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 import pytest
 
+from worker.http.aio_network import AsyncioBackend, AsyncioStream
 from worker.http.connection_pool import sharded_client
 from worker.providers import (
     AuthSpec,
@@ -299,3 +301,65 @@ def test_a_retransmitted_answer_never_answers_the_request_waiting_for_the_connec
             return got_b.body
 
     assert json.loads(asyncio.run(scenario())) == {"answer_for": "B"}
+
+
+def test_connections_closed_under_load_never_take_the_pool_past_its_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by an attack: a released connection that was not reusable (stray bytes behind
+    its answer) gave its slot to a waiting request only after its close was awaited, and a
+    request arriving meanwhile saw the slot free too: 10 connections open at a limit of 8.
+    Counted at the client: sockets opened and not yet closed."""
+    live = 0
+    most = 0
+    connect, close = AsyncioBackend.connect_tcp, AsyncioStream.aclose
+
+    async def counting_connect(self: AsyncioBackend, *args: Any, **kwargs: Any) -> Any:
+        nonlocal live, most
+        stream = await connect(self, *args, **kwargs)
+        live += 1
+        most = max(most, live)
+        return stream
+
+    async def counting_close(self: AsyncioStream) -> None:
+        nonlocal live
+        live -= 1
+        await close(self)
+
+    monkeypatch.setattr(AsyncioBackend, "connect_tcp", counting_connect)
+    monkeypatch.setattr(AsyncioStream, "aclose", counting_close)
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Each answer with a stray response behind it: the connection is not reusable, and
+        # its close is awaited (a connection the server closed needs none).
+        answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(answer + answer)
+            await writer.drain()
+            await reader.read()  # until the client closes
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def scenario() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+        try:
+            async with sharded_client(max_connections=2, timeout=5) as http:
+
+                async def one() -> None:
+                    response = await http.get(url)
+                    await response.aread()
+
+                started = []
+                for _ in range(300):  # a request arriving at every turn of the loop
+                    started.append(asyncio.create_task(one()))
+                    await asyncio.sleep(0)
+                await asyncio.gather(*started)
+        finally:
+            server.close()
+
+    asyncio.run(scenario())
+    assert most <= 2, f"{most} connections open at once with a limit of 2"

@@ -180,10 +180,13 @@ class ShardedTransport(httpx.AsyncBaseTransport):
         if reusable and not _holds_unread(connection) and not connection.has_expired():
             self._hand_on(pool, connection)
             return
-        # Closed (the server said so, or the request failed) or not reusable: its slot
-        # goes to the next waiter.
-        await self._discard(pool, connection)
+        # Closed (the server said so, or the request failed) or not reusable: its slot goes
+        # to the next waiter before the close is awaited, or a request arriving meanwhile saw
+        # the slot free too and the pool went past its limit (found by an attack: 10
+        # connections open at a limit of 8).
+        pool.open -= 1
         self._hand_on(pool, None)
+        await connection.aclose()
 
     def _hand_on(
         self, pool: _OriginPool, connection: httpcore.AsyncHTTPConnection | None
