@@ -8,6 +8,7 @@ before (or without) a full parse.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -37,6 +38,7 @@ __all__ = [
     "menu_problems",
     "parse_job",
     "problems_from_validation",
+    "stored_job",
 ]
 
 
@@ -226,3 +228,15 @@ def job_deadline(
     else:
         deadline = start + timedelta(seconds=job.timeout_s or default_s)
     return min(deadline, start + timedelta(seconds=ceiling_s))
+
+
+def stored_job(text: str) -> dict[str, Any] | None:
+    """The job a ledger row's stored body holds, as first delivered; None if it no longer
+    reads as a job (damaged, or of a shape this release refuses): what the reaper may not
+    run, and what a redelivery of it may not reject (``worker.delivery.lifecycle``)."""
+    try:
+        raw = json.loads(text)
+        parse_job(raw)
+    except (ValueError, RecursionError, JobInvalid):
+        return None
+    return raw if isinstance(raw, dict) else None

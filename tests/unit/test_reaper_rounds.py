@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -37,6 +39,18 @@ def decide_job(job_id: str) -> dict[str, Any]:
         "state": f"A customer writes: {BODY_MARK}?",
         "questions": {"q": {"type": "noul", "instructions": "Urgent?"}},
     }
+
+
+@contextmanager
+def migrated(ledger_url: str) -> Iterator[tuple[Settings, Ledger]]:
+    """Settings on ``ledger_url`` and its ledger, migrated; disposed of after."""
+    settings = Settings(_env_file=None, ledger_url=ledger_url, faux_url=None)
+    ledger = Ledger.from_settings(settings)
+    ledger.migrate()
+    try:
+        yield settings, ledger
+    finally:
+        ledger.dispose()
 
 
 def claimed_and_expired(ledger: Ledger, job_id: str) -> None:
@@ -90,10 +104,7 @@ def test_an_unreadable_expired_claim_is_booked_and_its_job_escalated_without_run
 ) -> None:
     # Before, the claim was left claimed for good (listed and skipped by every round): the
     # job had no terminal message and its budget reservation stayed held.
-    settings = Settings(_env_file=None, ledger_url=ledger_url, faux_url=None)
-    ledger = Ledger.from_settings(settings)
-    ledger.migrate()
-    try:
+    with migrated(ledger_url) as (settings, ledger):
         poisoned(ledger, job_json)
         claimed_and_expired(ledger, "b-good")
         runner, faux, sink = faux_runner(settings, ledger)
@@ -116,8 +127,6 @@ def test_an_unreadable_expired_claim_is_booked_and_its_job_escalated_without_run
         assert all(BODY_MARK not in str(e) and "truncated" not in str(e) for e in logs)
         # The next round finds nothing left to settle.
         assert asyncio.run(reap_once(ledger, runner)) == 0
-    finally:
-        ledger.dispose()
 
 
 class Loop:
@@ -174,10 +183,7 @@ def test_a_claim_left_on_a_finished_job_is_booked_unknown_and_nothing_is_publish
     reservation held. Its lease over, it is booked ``unknown`` at an unknown cost (it may
     have been sent; no plan is made again for a finished job), and no message goes out: the
     job has its one terminal message already."""
-    settings = Settings(_env_file=None, ledger_url=ledger_url, faux_url=None)
-    ledger = Ledger.from_settings(settings)
-    ledger.migrate()
-    try:
+    with migrated(ledger_url) as (settings, ledger):
         claimed_and_expired(ledger, "c-finished")
         message = '{"type": "escalation", "job_id": "c-finished"}'
         ledger.finish_job(
@@ -196,8 +202,6 @@ def test_a_claim_left_on_a_finished_job_is_booked_unknown_and_nothing_is_publish
         row = ledger.get_job("c-finished")
         assert row is not None and row.terminal_reason == "deadline_exceeded"
         assert [e["event"] for e in logs] == ["reaper.stray_claim_closed"]
-    finally:
-        ledger.dispose()
 
 
 @pytest.mark.parametrize("away_at", ["end_unreadable", "expire_claim"])
@@ -207,10 +211,7 @@ def test_the_ledger_away_between_the_escalation_and_the_claim_loses_nothing(
     # Found by an attack: the claim was booked first, in a transaction of its own; the ledger
     # away (or the process killed) before the escalation left a booked claim no round lists
     # again, and the job without its terminal message for good.
-    settings = Settings(_env_file=None, ledger_url=ledger_url, faux_url=None)
-    ledger = Ledger.from_settings(settings)
-    ledger.migrate()
-    try:
+    with migrated(ledger_url) as (settings, ledger):
         poisoned(ledger, '["old"]')
         runner, _faux, sink = faux_runner(settings, ledger)
 
@@ -235,8 +236,6 @@ def test_the_ledger_away_between_the_escalation_and_the_claim_loses_nothing(
         assert row is not None and row.finished
         assert [(m.job_id, m.type) for m in sink.snapshot()] == [("a-poison", "escalation")]
         assert '"kind":"decide"' in (row.terminal_message or "").replace(" ", "")
-    finally:
-        ledger.dispose()
 
 
 #: A body an older release stored, of a shape this release refuses.
@@ -249,10 +248,7 @@ def test_a_redelivery_of_a_body_this_release_refuses_adds_no_second_terminal_mes
 ) -> None:
     # Found by an attack: the redelivery published a rejected (telling the producer to submit
     # again what may have been paid) and the reaper an escalation: two terminal messages.
-    settings = Settings(_env_file=None, ledger_url=ledger_url, faux_url=None)
-    ledger = Ledger.from_settings(settings)
-    ledger.migrate()
-    try:
+    with migrated(ledger_url) as (settings, ledger):
         poisoned(ledger, OLD_SHAPE)
         runner, faux, sink = faux_runner(settings, ledger)
         steps = [
@@ -265,8 +261,56 @@ def test_a_redelivery_of_a_body_this_release_refuses_adds_no_second_terminal_mes
         mine = [m.type for m in sink.snapshot() if m.job_id == "a-poison"]
         assert mine == ["escalation"], mine
         assert faux.total() == 0
-        # Another body under the same id is still rejected, as open rejects it.
-        other = {**json.loads(OLD_SHAPE), "questions": "other"}
-        assert asyncio.run(runner.run_one(other)) == "rejected"
-    finally:
-        ledger.dispose()
+
+
+def test_a_real_redelivery_is_held_though_its_stored_body_is_a_model_dump(
+    ledger_url: str,
+) -> None:
+    # Found by an attack on a first version that compared the fields: the ledger stores the
+    # earlier release's dump of the job (each question's defaults filled), never the
+    # producer's body, so a redelivered body never matched and was rejected beside the
+    # reaper's escalation. Judged by the stored body: it no longer reads (a field this
+    # release refuses).
+    with migrated(ledger_url) as (settings, ledger):
+        raw = {**decide_job("old"), "legacy_hint": "x"}  # a field an older release took
+        dumped = json.loads(parse_job(decide_job("old")).model_dump_json())
+        poisoned(ledger, json.dumps({**dumped, "legacy_hint": "x"}), job_id="old")
+        runner, faux, sink = faux_runner(settings, ledger)
+        asyncio.run(runner.run_one(raw))
+        asyncio.run(reap_once(ledger, runner))
+        assert [m.type for m in sink.snapshot() if m.job_id == "old"] == ["escalation"]
+        assert faux.total() == 0
+
+
+def test_a_body_of_another_producer_under_a_running_jobs_id_is_rejected(
+    ledger_url: str,
+) -> None:
+    # Found by an attack on a first version that compared the fields a body has: the id
+    # alone "equalled" the stored body, and the victim's open job was ended, interrupted.
+    with migrated(ledger_url) as (settings, ledger):
+        body = decide_job("victim")
+        job = parse_job(body)
+        ledger.open_job(
+            job_id="victim", kind="decide", batch=None, reply_to="r",
+            fingerprint=job_fingerprint(job),
+            deadline=datetime.now(UTC) + timedelta(seconds=60),
+            job_json=job.model_dump_json(),
+        )  # fmt: skip
+        runner, faux, _sink = faux_runner(settings, ledger)
+        assert asyncio.run(runner.run_one({"id": "victim"})) == "rejected"
+        row = ledger.get_job("victim")
+        assert row is not None and not row.finished
+        assert asyncio.run(runner.run_one(body)) != "escalation"  # its own delivery decides
+        assert faux.total() == 1
+
+
+@pytest.mark.parametrize("job_id", ["a\x00b", "a\ud800b"], ids=["nul", "surrogate"])
+def test_an_invalid_body_whose_id_no_ledger_holds_is_rejected(
+    ledger_url: str, job_id: str
+) -> None:
+    # Found by an attack: looked up in the ledger before its rejection, such an id raised
+    # (UnicodeEncodeError, PostgreSQL's DataError) out of the task: a traceback, no reply.
+    with migrated(ledger_url) as (settings, ledger):
+        runner, faux, _sink = faux_runner(settings, ledger)
+        assert asyncio.run(runner.run_one({"id": job_id, "reply_to": "r"})) == "rejected"
+        assert faux.total() == 0

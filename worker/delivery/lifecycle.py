@@ -13,7 +13,6 @@ Deadlines are absolute and fixed at the first delivery: the stored row's counts.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime
@@ -23,7 +22,7 @@ import structlog
 
 from shared.errors import FieldProblem, JobConflict, JobInvalid
 from shared.fingerprint import job_fingerprint
-from shared.job_parsing import job_deadline, parse_job
+from shared.job_parsing import job_deadline, parse_job, stored_job
 from shared.jobs import AnyJob
 from shared.judgments.contexts import escalation_context
 from shared.limits import MAX_ID_CHARS
@@ -41,8 +40,6 @@ __all__ = ["JobLifecycle", "TerminalMessage"]
 
 log = structlog.get_logger("decisions.delivery")
 
-#: Fields a producer's client stamps as text a stored body may write otherwise: not compared.
-_STAMPED = frozenset({"submitted_at", "deadline"})
 
 P = TypeVar("P")
 
@@ -100,29 +97,27 @@ class JobLifecycle:
             return await self.outbox.reject(raw, exc.problems)
 
     async def _held(self, raw: Any) -> JobRow | None:
-        """The ledger's row of this very job when an earlier delivery opened it, else None.
+        """The ledger's row of this job when an earlier delivery opened it and its stored body
+        no longer reads as a job either, else None.
 
-        A body this release refuses (a field of an older shape) or cannot plan (a provider
-        gone) may be a job an earlier release opened and whose calls may have been sent: a
-        ``rejected`` then is a second terminal message beside the one the reaper ends it with
-        (found by an attack), and tells the producer to submit again what may have been paid.
-        The very job: its id, and every field the body has equal to the stored body's (a
-        body of other content under the same id is rejected, as ``open`` rejects it)."""
+        A body this release refuses (a field of an older shape) may be a job an earlier
+        release opened and whose calls may have been sent: a ``rejected`` then is a second
+        terminal message beside the one the reaper ends it with (found by an attack), and
+        tells the producer to submit again what may have been paid. Judged by the stored
+        body, which the earlier release wrote (its model's dump, not the producer's body):
+        one that still reads is a job this release runs, and a refused body under its id is
+        another producer's, rejected as before, whatever fields it shares (found by an attack
+        on a first version that compared the fields: a body of the id alone ended a running
+        job). An id no ledger could hold (a lone surrogate, a NUL) is looked up nowhere."""
         job_id = raw.get("id") if isinstance(raw, dict) else None
         if not (isinstance(job_id, str) and 0 < len(job_id) <= MAX_ID_CHARS):
             return None
+        if not job_id.isprintable():  # a lone surrogate or a NUL: the lookup itself raised
+            return None
         row = await self.ledger.get_job(job_id)
-        if row is None:
+        if row is None or stored_job(row.job_json) is not None:
             return None
-        try:
-            stored = json.loads(row.job_json)
-        except ValueError:
-            return None
-        same = isinstance(stored, dict) and all(
-            key in _STAMPED or (key in stored and stored[key] == value)
-            for key, value in raw.items()
-        )
-        return row if same else None
+        return row
 
     async def _held_but_refused(self, row: JobRow) -> str:
         """A job the ledger holds whose body this release refuses: its stored message again

@@ -29,17 +29,16 @@ stream, since a reviewer's process may have no ledger.
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import redis
 import structlog
 
-from shared.errors import JobInvalid, PublishFailed
-from shared.job_parsing import parse_job
+from shared.errors import PublishFailed
+from shared.job_parsing import stored_job
 from shared.streams import RedisPublisher
 from worker.calibration.intake import store_label_stream
 from worker.kinds.dispatch import Runner
@@ -70,16 +69,6 @@ OUTBOX_PAGE = 1000
 _AWAY = (LedgerUnavailable, redis.ConnectionError, redis.TimeoutError)
 
 
-def _stored_job(job_json: str) -> dict[str, Any] | None:
-    """The job as first delivered; None if its stored body no longer reads as a job."""
-    try:
-        raw = json.loads(job_json)
-        parse_job(raw)
-    except (ValueError, RecursionError, JobInvalid):
-        return None
-    return raw if isinstance(raw, dict) else None
-
-
 async def reap_once(ledger: Ledger, runner: Runner, *, now: datetime | None = None) -> int:
     """Settle every expired claim; returns how many jobs were escalated."""
     # The ledger's clock judges the leases (``now`` only for a test's own clock).
@@ -101,7 +90,7 @@ async def reap_once(ledger: Ledger, runner: Runner, *, now: datetime | None = No
                 await asyncio.to_thread(ledger.expire_claim, job_id=call.job_id, step=call.step)
                 log.warning("reaper.stray_claim_closed", **where)
                 continue
-            raw = _stored_job(row.job_json)
+            raw = stored_job(row.job_json)
             if raw is None:
                 # Its id only: the body is a producer's data, and unreadable anyway.
                 log.error("reaper.unreadable_job", **where)
