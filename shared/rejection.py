@@ -14,6 +14,7 @@ from shared.replies import RejectedMessage
 
 __all__ = ["MAX_PROBLEMS", "Rejection", "bounded", "rejection_for"]
 
+
 class Rejection:
     """Where a rejected job's message goes, under which publish-once marker."""
 

@@ -25,12 +25,15 @@ import hashlib
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import redis
 
 from shared import keys
 from shared.errors import PublishFailed
+
+if TYPE_CHECKING:
+    from shared.rejection import Rejection
 
 __all__ = [
     "ESCALATION_ADDED",
@@ -120,6 +123,18 @@ class Publication:
     marker: str | None = None
     #: An audit escalation of this result, for the escalation stream (``shared.labels``).
     audit_json: str | None = None
+
+    @classmethod
+    def rejected(cls, rejection: Rejection) -> Publication:
+        """A rejected job's message, once under its own marker: the producer's and the
+        worker's rejections alike."""
+        return cls(
+            stream=rejection.stream,
+            job_id=rejection.job_id,
+            message_type="rejected",
+            message_json=rejection.message.to_json(),
+            marker=rejection.marker,
+        )
 
 
 def _script_call(

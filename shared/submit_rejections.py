@@ -51,15 +51,7 @@ def publish_submit_rejection(
     """Publish the ``rejected`` message of a job the producer refused, and count it in its
     batch in ``counts`` (None: not counted, as for the embedded run's memory publisher)."""
     rejection = submit_rejection(raw, exc.problems, reply_to)
-    publisher.publish(
-        Publication(
-            stream=rejection.stream,
-            job_id=rejection.job_id,
-            message_type="rejected",
-            message_json=rejection.message.to_json(),
-            marker=rejection.marker,
-        )
-    )
+    publisher.publish(Publication.rejected(rejection))
     if counts is not None:
         record_submit_rejection(counts, rejection)
 

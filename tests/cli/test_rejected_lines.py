@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from shared import keys
 from tests.cli.support import decisions, traceback_in
@@ -136,6 +137,15 @@ def test_run_names_a_bad_line_by_the_id_its_rejection_carries(tmp_path: Path) ->
     assert [r["job_id"] for r in rejected] == [said[2]]
 
 
+def submit(tmp_path: Path, batch: Path, reply_to: str, *more: str) -> Any:
+    """``decisions submit`` of ``batch`` to ``reply_to`` on this file's Redis database."""
+    url = redis_url(REDIS_DB)
+    return decisions(
+        "submit", str(batch), "--reply-to", reply_to, *more, cwd=tmp_path, redis_url=url,
+        broker_url=url,
+    )  # fmt: skip
+
+
 def test_a_lone_surrogate_in_an_id_is_a_rejected_line_not_a_bug(tmp_path: Path) -> None:
     """``"a\\ud800b"`` is valid JSON text but no UTF-8: its rejection's digest raised
     UnicodeEncodeError, and submit ended "unexpected error ... a bug" with nothing queued
@@ -149,11 +159,7 @@ def test_a_lone_surrogate_in_an_id_is_a_rejected_line_not_a_bug(tmp_path: Path) 
         + json.dumps({"id": "third", **good}) + "\n"
     )  # fmt: skip
     with redis_database(REDIS_DB) as r:
-        url = redis_url(REDIS_DB)
-        done = decisions(
-            "submit", str(batch), "--reply-to", reply_to, cwd=tmp_path, redis_url=url,
-            broker_url=url,
-        )  # fmt: skip
+        done = submit(tmp_path, batch, reply_to)
         queued = sorted(json.loads(member)[1] for member in r.hkeys(keys.INTAKE_JOBS))
         [(_, fields)] = r.xrange(keys.reply_stream(reply_to))
     assert traceback_in(done.output) is None
@@ -182,11 +188,7 @@ def test_a_rejected_id_like_a_line_key_is_reported_and_a_valid_job_is_not(tmp_pa
     batch = tmp_path / "batch.jsonl"
     batch.write_text("".join(json.dumps(line) + "\n" for line in lines))
     with redis_database(REDIS_DB) as r:
-        url = redis_url(REDIS_DB)
-        done = decisions(
-            "submit", str(batch), "--reply-to", reply_to, cwd=tmp_path, redis_url=url,
-            broker_url=url,
-        )  # fmt: skip
+        done = submit(tmp_path, batch, reply_to)
         rejected = [
             fields[b"job_id"].decode()
             for _, fields in r.xrange(keys.reply_stream(reply_to))
@@ -214,19 +216,12 @@ def test_a_dry_run_keeps_a_job_whose_id_is_like_a_line_key_apart(tmp_path: Path)
     ]
     batch = tmp_path / "batch.jsonl"
     batch.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    url = redis_url(REDIS_DB)
-    done = decisions(
-        "submit", str(batch), "--reply-to", "r", "--dry-run", cwd=tmp_path, redis_url=url,
-        broker_url=url,
-    )  # fmt: skip
+    done = submit(tmp_path, batch, "r", "--dry-run")
     assert traceback_in(done.output) is None and done.code == 0, done.output
     assert "1 job(s) valid, 2 rejected" in " ".join(done.stdout.split()), done.stdout
     said = " ".join(done.stderr.split())
     assert "rejected line-1 (line 1): questions.q" in said, said
     assert "rejected line 2: id" in said, said
-    as_json = decisions(
-        "submit", str(batch), "--reply-to", "r", "--dry-run", "--json", cwd=tmp_path,
-        redis_url=url, broker_url=url,
-    )  # fmt: skip
+    as_json = submit(tmp_path, batch, "r", "--dry-run", "--json")
     report = json.loads(as_json.stdout)
     assert list(report["rejected"]) == ["line-1"] and list(report["rejected_lines"]) == ["2"]

@@ -86,15 +86,7 @@ class Outbox:
         """A job that is not valid: its ``rejected`` message, naming each field; nothing sent."""
         rejection = rejection_for(raw, problems)
         log.info("job.rejected", job_id=rejection.job_id, fields=[p.field for p in problems])
-        await self._send(
-            Publication(
-                stream=rejection.stream,
-                job_id=rejection.job_id,
-                message_type="rejected",
-                message_json=rejection.message.to_json(),
-                marker=rejection.marker,
-            )
-        )
+        await self._send(Publication.rejected(rejection))
         kind = raw.get("kind") if isinstance(raw, dict) else None
         self.observer.job_finished(str(kind or "unknown"), "-", "rejected", None)
         return "rejected"
