@@ -45,10 +45,14 @@ def stream() -> Iterator[tuple[redis.Redis, str]]:
         client.close()
 
 
-def escalation(job_id: str) -> dict[str, str]:
-    message = EscalationMessage(job_id=job_id, reason="decision_refused")
-    return {"job_id": job_id, "type": "escalation", "reply_to": "replies",
+def entry(message: EscalationMessage, reply_to: str = "replies") -> dict[str, str]:
+    """The escalation stream's fields of ``message``, as the worker writes them."""
+    return {"job_id": message.job_id, "type": "escalation", "reply_to": reply_to,
             "message": message.to_json()}
+
+
+def escalation(job_id: str) -> dict[str, str]:
+    return entry(EscalationMessage(job_id=job_id, reason="decision_refused"))
 
 
 NOT_JSON = {"job_id": "x", "type": "escalation", "reply_to": "replies", "message": "{not json"}
@@ -138,11 +142,11 @@ def test_counting_20000_open_entries_reads_no_body(stream: tuple[redis.Redis, st
 
 def bad_questions(job_id: str) -> dict[str, str]:
     """An escalation that parses, whose questions no answer can be checked against."""
-    message = EscalationMessage(
-        job_id=job_id, reason="decision_refused", context={"questions": ["not", "an object"]}
+    return entry(
+        EscalationMessage(
+            job_id=job_id, reason="decision_refused", context={"questions": ["not", "an object"]}
+        )
     )
-    return {"job_id": job_id, "type": "escalation", "reply_to": "replies",
-            "message": message.to_json()}
 
 
 def test_the_claim_passes_over_questions_no_answer_can_be_checked_against(
@@ -196,13 +200,11 @@ def test_the_list_closes_a_second_entry_of_a_job_resolved_already(
     labels = f"{name}:labels"
     q = EscalationQueue(r, stream=name, label_stream=labels, on_skip=lambda _e, _why: None)
 
-    def entry(job_id: str) -> str:
+    def added(job_id: str) -> str:
         message = EscalationMessage(job_id=job_id, reason="decision_refused")
-        fields = {"job_id": job_id, "type": "escalation", "reply_to": reply_to,
-                  "message": message.to_json()}
-        return r.xadd(name, fields).decode()  # type: ignore[arg-type]
+        return r.xadd(name, entry(message, reply_to)).decode()  # type: ignore[arg-type]
 
-    first, second, other = entry(job), entry(job), entry(f"once-{uuid.uuid4().hex}")
+    first, second, other = added(job), added(job), added(f"once-{uuid.uuid4().hex}")
     try:
         q.resolve(q.claim_entry(first, "ann").entry_id, "ann", {})
         page = list_open(q)
@@ -214,11 +216,11 @@ def test_the_list_closes_a_second_entry_of_a_job_resolved_already(
 
 
 def menu_escalation(job_id: str, options: object) -> dict[str, str]:
-    message = EscalationMessage(
-        job_id=job_id, kind="menu", reason="decision_refused", context={"options": options}
+    return entry(
+        EscalationMessage(
+            job_id=job_id, kind="menu", reason="decision_refused", context={"options": options}
+        )
     )
-    return {"job_id": job_id, "type": "escalation", "reply_to": "replies",
-            "message": message.to_json()}
 
 
 def test_a_menu_no_answer_can_be_checked_against_is_not_handed_out(
@@ -266,8 +268,7 @@ def test_a_menu_of_another_shape_is_skipped_and_the_queue_goes_on(
     message = EscalationMessage(
         job_id="menu-bad", kind="menu", reason="decision_refused", context=context
     )
-    bad = r.xadd(name, {"job_id": "menu-bad", "type": "escalation", "reply_to": "replies",
-                        "message": message.to_json()}).decode()
+    bad = r.xadd(name, entry(message)).decode()
     good = r.xadd(name, escalation("good")).decode()
     q = EscalationQueue(r, stream=name, menu_checker=check_menu_answer,
                         on_skip=lambda _e, _why: None)

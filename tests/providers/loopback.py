@@ -22,7 +22,7 @@ import ssl
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 #: Never resolves (RFC 6761 reserves ``.invalid``): a DNS failure without a network.
 UNRESOLVABLE = "decisions-never-resolves.invalid"
@@ -63,7 +63,7 @@ class LoopbackServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    async def __aenter__(self) -> LoopbackServer:
+    async def __aenter__(self) -> Self:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self

@@ -13,7 +13,6 @@ again. Real loopback servers of the test's own; the worker's own client.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -22,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.providers.loopback import LoopbackServer
 from worker.http.aio_network import AsyncioBackend, AsyncioStream
 from worker.http.connection_pool import sharded_client
 from worker.providers import (
@@ -45,7 +45,7 @@ def _response(status: int, body: bytes, *extra: str) -> bytes:
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
 
-class KeepAliveHost:
+class KeepAliveHost(LoopbackServer):
     """A keep-alive loopback host that processes every request it reads (``processed``)
     and answers each through ``answer(connection, n, body) -> bytes`` (what it writes);
     ``writers`` gets each connection's writer, for a test to write more on it."""
@@ -55,25 +55,10 @@ class KeepAliveHost:
         answer: Callable[[int, int, dict], Awaitable[bytes] | bytes],
         writers: list[asyncio.StreamWriter] | None = None,
     ) -> None:
+        super().__init__()
         self.answer = answer
         self.writers = writers if writers is not None else []
         self.processed: list[dict] = []
-        self.connections = 0
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def __aenter__(self) -> KeepAliveHost:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._server.close()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._server.wait_closed(), 1)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.writers.append(writer)
@@ -98,6 +83,7 @@ class KeepAliveHost:
             pass
         finally:
             writer.close()
+
 
 async def post_job(http: httpx.AsyncClient, host: KeepAliveHost, job: str) -> TransportResponse:
     """``{"job": job}`` to the host through the providers' transport (never replayed)."""

@@ -220,7 +220,7 @@ def claim_call(
     lease = to_utc(lease_expires)
     reservation: budget_ops.Reservation | None = None
     if budget is not None and budget_ops.applies(conn, budget):
-        if not job_checked:
+        if not job_checked and plan is None:  # a claim naming a plan read it above
             # Only a claim that can be fresh reserves: a stored call settles as it stands.
             stored = read_call(conn, job_id, step)
             if stored is not None and stored.status != "not_sent":
