@@ -5,6 +5,7 @@ message unacknowledged."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from types import SimpleNamespace
@@ -17,7 +18,7 @@ from kombu.serialization import dumps
 from shared import keys
 from shared.errors import NotAdmitted
 from worker.process.loop import ProcessLoop
-from worker.process.pool import LoopPool, message_jobs
+from worker.process.pool import CELERY_STRATEGY_LOGGER, LoopPool, message_jobs
 
 
 class _Runner:
@@ -200,3 +201,19 @@ def test_pool_grow_and_shrink_say_what_bounds_the_loop_pool(
         with pytest.raises(NotImplementedError, match=r"DECISIONS_MAX_IN_FLIGHT \(now 8\)"):
             change(2)
     pool.on_stop()
+
+
+@pytest.mark.parametrize(("level", "received_logged"), [("INFO", False), ("DEBUG", True)])
+def test_celerys_received_line_is_left_to_debug(
+    loop: ProcessLoop, monkeypatch: pytest.MonkeyPatch, level: str, received_logged: bool
+) -> None:
+    """Celery's strategy logs each message received when INFO is enabled for its logger; on
+    this pool a job's own events say more, so the line is kept for DEBUG only."""
+    root, strategy = logging.getLogger(), logging.getLogger(CELERY_STRATEGY_LOGGER)
+    monkeypatch.setattr(root, "level", logging.getLevelName(level))
+    monkeypatch.setattr(strategy, "level", logging.NOTSET)
+    assert strategy.isEnabledFor(logging.INFO)  # what Celery would see without the pool
+    _pool(loop, _Runner(), monkeypatch)
+    logging.Logger.manager._clear_cache()
+    assert strategy.isEnabledFor(logging.INFO) is received_logged
+    logging.Logger.manager._clear_cache()

@@ -66,6 +66,7 @@ Celery and kombu, reply streams, runner, pydantic, thread hand-offs.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import time
@@ -91,10 +92,12 @@ from worker.process.inflight import JobGate, job_provider
 from worker.process.prefetch import JobPrefetch, message_cost
 from worker.recovery.intake import forget_ran
 
-__all__ = ["LoopPool", "message_jobs"]
+__all__ = ["CELERY_STRATEGY_LOGGER", "LoopPool", "message_jobs"]
 
 log = structlog.get_logger("decisions.pool")
 
+#: Celery's logger of a message received (``celery.worker.strategy``).
+CELERY_STRATEGY_LOGGER = "celery.worker.strategy"
 #: How long after Celery cancels a request the pool looks whether it is a cold shutdown.
 TERMINATE_LOOK_S = 0.05
 #: How long a warm shutdown waits for the messages started (past it, the task hard time
@@ -125,6 +128,14 @@ class LoopPool(BasePool):
         # In the worker's main process, before the first message: a ledger or provider
         # setting that cannot work fails here, not on every message.
         self._ctx = context.current()
+        # Celery logs "Task ... received" at INFO for every message (decided as the consumer
+        # builds its strategies, after the pool starts). Here a job's own events say more,
+        # with its job id (call.finished, job.replayed, job.rejected...); the line doubled a
+        # single-job worker's log and was 2.3% of its CPU (py-spy, make bench's open loop).
+        # At DEBUG it stays.
+        strategy_log = logging.getLogger(CELERY_STRATEGY_LOGGER)
+        if not strategy_log.isEnabledFor(logging.DEBUG):
+            strategy_log.setLevel(logging.WARNING)
         if self._ctx.runner.gate is None:
             self._ctx.runner.gate = JobGate(self._ctx.settings.max_in_flight)
         # A slow provider's backlog is handed back, not kept (``worker.process.deferral``).
