@@ -89,11 +89,18 @@ def register(app: typer.Typer) -> None:
             providers, job_checker(providers, RuntimeRegistry.from_settings(settings))
         )
         client = Client(settings, checker=checker)
-        lines = read_lines(file)
-        jobs = [line.job for line in lines]
-        estimate = client.estimate(
-            jobs, reply_to=reply_to, prices=worker_prices(settings, price), pack=pack
-        )
+        try:
+            lines = read_lines(file)
+            jobs = [line.job for line in lines]
+            estimate = client.estimate(
+                jobs, reply_to=reply_to, prices=worker_prices(settings, price), pack=pack
+            )
+        except KeyboardInterrupt:
+            # Still reading and checking the file: nothing went out, and saying so spares
+            # the user a look at the queue (a Ctrl-C here exited 130 with no word).
+            err_console.print(f"[red]interrupted while reading {escape(str(file))}: "
+                              "nothing was queued[/]")
+            raise typer.Exit(130) from None
         if dry_run:
             # Lines without an id by their 1-based number in the file, as submit names them.
             numbered = {lines[n].number: p for n, p in estimate.rejected_lines.items()}
@@ -158,6 +165,15 @@ def register(app: typer.Typer) -> None:
         except TimeoutError:
             _report_missing(sorted(wanted - done), bound_s, given=timeout is not None)
             raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            # The jobs are queued whatever the wait does: say so, and where the rest land
+            # (a Ctrl-C here exited 130 with no word, as if it had stopped the jobs).
+            err_console.print(
+                f"[yellow]stopped waiting: {len(done)} of {len(wanted)} job(s) have replied; "
+                "the others stay queued and will still be answered[/]"
+            )
+            err_console.print(f"read every reply with: decisions results {escape(reply_to)}")
+            raise typer.Exit(130) from None
         summary = ", ".join(f"{kind}: {n}" for kind, n in sorted(counts.items()))
         console.print(f"every job has replied ({summary})")
 
