@@ -30,6 +30,7 @@ from kombu.utils import json as kombu_json
 from shared import keys
 from shared.errors import SubmitFailed
 from shared.intake import IntakeBook, member_job_id
+from shared.submit_report import SubmitReport
 
 __all__ = ["ChunkPublisher", "EncodedJobs", "MessageSender", "SplicingProducer"]
 
@@ -181,21 +182,24 @@ class MessageSender:
             raise
         self.queued.extend(member for member, _ in chunk)
 
-    def failure(self, validated: list[str], rejected: list[str]) -> SubmitFailed:
-        """What a submit that validated ``validated`` (job ids, in order) and stopped on this
-        sender's failure queued and did not: the ids of messages published, of the one that
-        raised, and the rest (never sent: buffered, queued behind it, or never put)."""
+    def failure(self, report: SubmitReport) -> SubmitFailed:
+        """What a submit that stopped on this sender's failure, with ``report`` so far (its
+        ``job_ids``: every job validated, in order), queued and did not: the ids of messages
+        published, of the one that raised, and the rest (never sent: buffered, queued behind
+        it, or never put); and the rejections already on the stream."""
         queued = [member_job_id(member) for member in self.queued]
         unconfirmed = [member_job_id(member) for member in self.unconfirmed]
         # By count: one id may be in a batch twice (two reply streams), queued once.
         accounted = Counter([*queued, *unconfirmed])
         unsent = []
-        for job_id in validated:
+        for job_id in report.job_ids:
             if accounted[job_id] > 0:
                 accounted[job_id] -= 1
             else:
                 unsent.append(job_id)
-        return SubmitFailed(queued, unconfirmed, unsent, rejected)
+        return SubmitFailed(
+            queued, unconfirmed, unsent, list(report.rejected), list(report.rejected_lines)
+        )
 
     def _withdraw(self, message_id: str) -> None:
         if self.intake is None:

@@ -235,11 +235,11 @@ class Client:
             # is (it raised a bare redis error, found by an attack), and told once the block
             # has ended, so that the messages handed to the publishing thread (which it
             # publishes before it stops) are counted queued or unconfirmed, exactly.
-            raise sender.failure(report.job_ids, list(report.rejected)) from exc.__cause__
+            raise sender.failure(report) from exc.__cause__
         except Exception as exc:
             if exc is not publisher.error:
                 raise  # the caller's own (its jobs iterator, a bug), as it was raised
-            raise sender.failure(report.job_ids, list(report.rejected)) from exc
+            raise sender.failure(report) from exc
         return report
 
     def _queue_all(

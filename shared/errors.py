@@ -211,7 +211,9 @@ class SubmitFailed(DecisionWorkerError):
       were withdrawn, so nothing republishes them later;
     - ``unsent``: never handed to the broker: these do not run.
 
-    ``rejected`` are the ids rejected at once (their ``rejected`` message is on the stream);
+    ``rejected`` are the ids rejected at once (their ``rejected`` message is on the stream),
+    ``rejected_lines`` the 0-based positions of those rejected without a readable id (their
+    message is on the stream under an id made from the line: ``SubmitReport``'s split);
     jobs after the failure were never read. Submitting the unconfirmed and unsent jobs again
     with the same ids is safe: the ledger runs a job id once. Doing their work another way is
     safe for the unsent only.
@@ -223,11 +225,13 @@ class SubmitFailed(DecisionWorkerError):
         unconfirmed: list[str],
         unsent: list[str],
         rejected: list[str] | None = None,
+        rejected_lines: list[int] | None = None,
     ) -> None:
         self.queued = queued
         self.unconfirmed = unconfirmed
         self.unsent = unsent
         self.rejected = rejected or []
+        self.rejected_lines = rejected_lines or []
         super().__init__(
             f"submit failed after {len(queued)} job(s) were queued: "
             f"{len(unconfirmed)} in the message whose publish failed (it may have reached the "

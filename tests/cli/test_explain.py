@@ -127,3 +127,12 @@ def test_a_submit_the_broker_stopped_half_way_says_how_many_jobs_were_queued(
     assert got.fix == f"{plain.fix}; submitting the same file again is safe: a job id runs once"
     # None queued: the broker's own explanation, as before.
     assert explain(_submit_failed(0, refused)) == plain
+    # Rejections already on the stream are named too (by id, and lines without one).
+    try:
+        raise SubmitFailed([], [], ["a"], ["bad"], [3]) from refused
+    except SubmitFailed as failed:
+        rejected = explain(failed)
+    assert rejected.problem == (
+        f"{plain.problem}; 0 job(s) were queued and 2 rejected (their rejected messages are "
+        "on the stream) before it failed"
+    )

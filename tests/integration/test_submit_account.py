@@ -23,10 +23,26 @@ REPLY_TO = "account:replies"
 
 
 class StreamsGone(RedisPublisher):
-    """The streams Redis drops every publish (restarted under the producer)."""
+    """The streams Redis takes ``taken`` publishes, then drops every one (restarted under
+    the producer)."""
+
+    def __init__(self, r: redis.Redis, taken: int = 0) -> None:
+        super().__init__(r, ttl_s=60)
+        self.taken = taken
 
     def publish(self, publication: Publication) -> None:
-        raise redis.ConnectionError("Connection reset by peer")
+        if self.taken <= 0:
+            raise redis.ConnectionError("Connection reset by peer")
+        self.taken -= 1
+        super().publish(publication)
+
+
+def client_losing_streams(r: redis.Redis, taken: int = 0) -> Client:
+    """A client of this test's database whose streams Redis goes after ``taken`` publishes."""
+    url = redis_url(REDIS_DB)
+    return Client(
+        Settings(_env_file=None, redis_url=url, broker_url=url), publisher=StreamsGone(r, taken)
+    )
 
 
 def queued_on(r: redis.Redis) -> list[str]:
@@ -42,11 +58,7 @@ def test_a_rejection_that_cannot_be_published_says_which_jobs_went() -> None:
     good = [decide_job(f"acct-g{i}") for i in range(1, 7)]
     bad = decide_job("acct-bad", questions={"q": {"type": "nope"}})
     with redis_database(REDIS_DB) as r:
-        url = redis_url(REDIS_DB)
-        client = Client(
-            Settings(_env_file=None, redis_url=url, broker_url=url),
-            publisher=StreamsGone(r, ttl_s=60),
-        )
+        client = client_losing_streams(r)
         with pytest.raises(SubmitFailed) as failed:
             client.submit_batch([*good[:5], bad, good[5]], reply_to=REPLY_TO, chunk_size=2)
         queued = queued_on(r)
@@ -98,3 +110,22 @@ def test_every_rejection_is_counted_a_repeated_id_each_time() -> None:
     assert published == 3
     assert report.rejected_count == 3
     assert estimate.rejected_count == 3
+
+
+def test_a_failed_submit_names_the_rejections_already_on_the_stream() -> None:
+    """An earlier note's noticed item: ``SubmitFailed`` named the rejected job ids, but not
+    the lines rejected without an id whose message was already on the stream."""
+    no_id = {k: v for k, v in decide_job("x").items() if k != "id"}
+    bad = decide_job("acct-bad", questions={"q": {"type": "nope"}})
+    later = decide_job("acct-later", questions={"q": {"type": "nope"}})
+    with redis_database(REDIS_DB) as r:
+        client = client_losing_streams(r, taken=2)
+        with pytest.raises(SubmitFailed) as failed:
+            client.submit_batch(
+                [decide_job("acct-g1"), no_id, bad, later], reply_to=REPLY_TO, chunk_size=1
+            )
+        on_stream = r.xlen(keys.reply_stream(REPLY_TO))
+    assert on_stream == 2
+    assert failed.value.rejected_lines == [1]
+    assert failed.value.rejected == ["acct-bad"]
+    assert failed.value.queued == ["acct-g1"]

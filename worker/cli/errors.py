@@ -145,12 +145,16 @@ def _submit_failed(exc: SubmitFailed) -> Explanation:
     # queues them later (shared.chunk_publisher.MessageSender).
     cause = exc.__cause__
     found = explain(cause) if cause is not None else _project_error(exc)
-    if not exc.queued:
+    rejected = len(exc.rejected) + len(exc.rejected_lines)
+    if not exc.queued and not rejected:
         return found
     # Not "of how many": the lines after the failure were never read.
     again = "submitting the same file again is safe: a job id runs once"
+    went = f"{len(exc.queued)} job(s) were queued"
+    if rejected:
+        went += f" and {rejected} rejected (their rejected messages are on the stream)"
     return Explanation(
-        f"{found.problem}; {len(exc.queued)} job(s) were queued before it failed",
+        f"{found.problem}; {went} before it failed",
         f"{found.fix}; {again}" if found.fix else again,
         found.exit_code,
     )
