@@ -49,6 +49,21 @@ def test_a_message_that_asks_to_wait_or_expire_is_rejected_at_once(
     crew.broker.lpush(
         keys.CELERY_QUEUE, json.dumps(raw_envelope(task_body(retried), headers={"eta": soon}))
     )
+    # Found by an attack: a job passed positionally (the task's one argument) with an eta
+    # ten years ahead ran at once, its scheduling problem unchecked; and an eta that is due
+    # but that Celery cannot convert (the first day, a day's offset east of UTC) made
+    # Celery log a traceback and drop the message, its job never answered.
+    positional = decide_job("scheduled-eta-positional", reply_to=crew.stream)
+    crew.broker.lpush(
+        keys.CELERY_QUEUE,
+        json.dumps(raw_envelope(json.dumps([[[positional]], {}, {}]).encode(),
+                                headers={"eta": later})),
+    )
+    due = decide_job("scheduled-eta-first-day", reply_to=crew.stream)
+    crew.broker.lpush(
+        keys.CELERY_QUEUE,
+        json.dumps(raw_envelope(task_body(due), headers={"eta": "0001-01-01T00:00:00+23:59"})),
+    )
     crew.broker.lpush(
         keys.CELERY_QUEUE, json.dumps(raw_envelope(task_body(asked["eta"]), headers={"eta": later}))
     )
@@ -58,14 +73,15 @@ def test_a_message_that_asks_to_wait_or_expire_is_rejected_at_once(
     )
     good = crew.jobs(2, "around")
     crew.submit(good)
-    pairs = crew.pairs([job["id"] for job in (*asked.values(), retried, *good)])
+    pairs = crew.pairs([job["id"] for job in (*asked.values(), retried, positional, due, *good)])
     crew.expect_replies(pairs, timeout_s=60)
     entries = crew.entries()
-    for header, job in asked.items():
+    for header, job in [*asked.items(), ("eta", positional)]:
         reply = _reply(entries, job["id"])
         assert reply is not None and reply.type == "rejected", reply
         assert [p["field"] for p in json.loads(reply.message)["problems"]] == [header]
-    for job in (*good, retried):
+    assert "Traceback" not in worker.text()
+    for job in (*good, retried, due):
         reply = _reply(entries, job["id"])
         assert reply is not None and reply.type == "result", reply
     assert worker.alive()

@@ -5,6 +5,13 @@ forget are blocking Redis calls. ``worker.process.pool.LoopPool`` runs its messa
 process's asyncio loop, which must never wait on them: one thread does them, in the order
 they were put, so that a message is never acknowledged before the callbacks put ahead of it.
 A plain ``queue.SimpleQueue`` and one thread: an executor would run them out of order.
+
+Nothing a message holds may end the thread (a job's ``reply_to`` of 5 raised out of the
+intake's forget, found by an attack: the thread ended, nothing was acknowledged again, and
+the worker, its reserve full, took nothing more while it looked healthy). What is put is run
+under ``except Exception``; and the thread is vital (``worker.process.liveness``): should it
+end all the same, the process exits for its supervisor to replace, its messages
+unacknowledged for the broker to deliver again.
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 import structlog
+
+from worker.process import liveness
 
 __all__ = ["ACK_THREAD", "AckThread"]
 
@@ -39,11 +48,16 @@ class AckThread:
         self._queue: queue.SimpleQueue[tuple[Callable[[], None], list[Any] | None] | None] = (
             queue.SimpleQueue()
         )
-        self._thread = threading.Thread(target=self._run, name=ACK_THREAD, daemon=True)
+        self._closing = False
+        self._thread = threading.Thread(target=self._vital_run, name=ACK_THREAD, daemon=True)
         self._thread.start()
 
     def put(self, fn: Callable[[], None], ran: list[Any] | None = None) -> None:
         self._queue.put((fn, ran))
+
+    def _vital_run(self) -> None:
+        with liveness.vital(ACK_THREAD, stopping=lambda: self._closing):
+            self._run()
 
     def _run(self) -> None:
         while True:
@@ -63,7 +77,10 @@ class AckThread:
                 batch.append(item)
             ran = [job for _fn, jobs in batch if jobs for job in jobs]
             if ran:
-                self._forget(ran)  # best effort (worker.recovery.intake): never raises
+                try:
+                    self._forget(ran)  # best effort (worker.recovery.intake)
+                except Exception:  # a bug of it must not stop every later acknowledgement
+                    log.exception("pool.forget_failed", jobs=len(ran))
             for fn, _jobs in batch:
                 try:
                     fn()
@@ -73,5 +90,6 @@ class AckThread:
                 return
 
     def close(self, timeout_s: float) -> None:
+        self._closing = True
         self._queue.put(None)
         self._thread.join(timeout_s)

@@ -149,8 +149,14 @@ def unscheduled(
     eta = headers.get("eta")
     if eta is not None:
         when = _instant(eta)
-        latest = datetime.now(UTC) + timedelta(seconds=longest_wait_s + ETA_SLACK_S)
-        if when is not None and when > latest and _retried(headers):
+        now = datetime.now(UTC)
+        latest = now + timedelta(seconds=longest_wait_s + ETA_SLACK_S)
+        if when is not None and when <= now:
+            # Due: it runs now, as Celery would run it, without Celery converting a time it
+            # may not convert (found by an attack: 0001-01-01T00:00:00+23:59 raised in its
+            # strategy, which logged a traceback and dropped the message, its job unanswered).
+            headers["eta"] = None
+        elif when is not None and when > latest and _retried(headers):
             # The fleet's own retry, its eta set by a worker whose clock runs ahead (found by
             # an attack: an hour fast, its retried jobs were rejected here, and the reaper
             # published each one's stored result too: a second terminal message). It waits
@@ -206,15 +212,26 @@ def contain(
     jobs were replaced by refused jobs, in place). ``every``: problems of the message
     (``unscheduled``), which refuse each of its jobs."""
     args, kwargs, embed = payload
-    rest = [args, embed, {k: v for k, v in kwargs.items() if k != "jobs"}]
+    # The jobs as the task takes them: by name, or as its one positional argument (which
+    # the pool reads too, ``worker.process.pool.message_jobs``). Positional ones were
+    # measured as a whole, their limits and the message's scheduling problems unchecked
+    # (found by an attack: a job ten years ahead ran at once). A lone job is a chunk of one.
+    jobs: list[Any] | None = None
+    positional = False
+    if "jobs" in kwargs:
+        if not isinstance(kwargs["jobs"], list):
+            kwargs["jobs"] = [kwargs["jobs"]]
+        jobs = kwargs["jobs"]
+    elif isinstance(args, list) and len(args) == 1 and not kwargs:
+        if not isinstance(args[0], list):
+            args[0] = [args[0]]
+        jobs, positional = args[0], True
+    rest = [[] if positional else args, embed, {k: v for k, v in kwargs.items() if k != "jobs"}]
     found = json_measure.measure(rest, max_depth=limits.depth, max_bytes=limits.job_bytes)
     if found.problem is not None:
         return f"arguments: {found.problem[1]}", 0
-    if "jobs" not in kwargs:
+    if jobs is None:
         return None, 0
-    jobs = kwargs["jobs"]
-    if not isinstance(jobs, list):  # the task takes a lone job as a chunk of one
-        jobs = kwargs["jobs"] = [jobs]
     refused = 0
     for index, raw in enumerate(jobs):
         problems = [*(every or []), *job_problems(raw, limits)]
@@ -238,9 +255,9 @@ def checked_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Calla
     retry_wait_s = float(getattr(task, "retry_backoff_max", 0) or 0)
     longest_wait_s = max(get_settings().deadline_ceiling_s, retry_wait_s)
 
-    def task_message_handler(
-        message: Any, body: Any, ack: Any, reject: Any, callbacks: Any, **options: Any
-    ) -> Any:
+    def check(message: Any) -> None:
+        """Raise ``InvalidTaskError`` (or kombu's decode errors) for a message not to run;
+        refuse, in its body, the jobs not to run."""
         unreadable = message.headers.get(POISON_HEADER)
         if unreadable is not None:
             _poison(poison_reason(message.headers), task.name, str(unreadable))
@@ -266,15 +283,27 @@ def checked_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Calla
             if refused:
                 _poison("job_refused", task.name, f"{refused} job(s) refused", refused)
                 # The pool decodes the body again: it gets the refused jobs, not the originals.
-                message.body = json.dumps(message.payload, ensure_ascii=False).encode("utf-8")
+                # ASCII (escapes): a refused job may hold a lone surrogate, which JSON's
+                # \ud800 decodes to and UTF-8 cannot encode (found by an attack: the encode
+                # raised, Celery took it for unrecoverable, and the worker stopped).
+                message.body = json.dumps(message.payload).encode("ascii")
         if problem is not None:
             _poison("malformed", task.name, problem)
             raise InvalidTaskError(f"{task.name}: {problem}")
+
+    def task_message_handler(
+        message: Any, body: Any, ack: Any, reject: Any, callbacks: Any, **options: Any
+    ) -> Any:
         try:
+            check(message)
             return handle(message, body, ack, reject, callbacks, **options)
         except (InvalidTaskError, ContentDisallowed, DecodeError, *connection_errors):
             raise
-        except Exception as exc:  # never a dead worker for one message
+        except Exception as exc:
+            # Anything else out of a strategy is unrecoverable to Celery: the worker stops,
+            # and the message, put back, stops the next one. One message never does (the
+            # guard's own checks included: a refused job's re-encoding raised, found by an
+            # attack).
             _poison("unexpected_error", task.name, f"{type(exc).__name__}: {exc}")
             raise InvalidTaskError(f"{task.name}: {type(exc).__name__}") from None
 

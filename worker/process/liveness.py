@@ -1,7 +1,8 @@
 """Liveness that tells the truth: the threads a worker process cannot work without.
 
 A worker process runs its jobs on one asyncio loop thread (``worker.process.loop``) and, in the main
-process, a reaper thread (``worker.recovery.reaper``). If either ends other than by a deliberate
+process, a reaper thread (``worker.recovery.reaper``) and, on the loop pool, the thread that
+acknowledges its messages (``worker.process.acks``). If one ends other than by a deliberate
 stop,
 the process still takes messages from the broker and runs nothing: with the threads pool a
 task waits for the dead loop forever (and a warm shutdown waits for that task), with prefork

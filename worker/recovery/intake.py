@@ -304,17 +304,32 @@ class Recovery:
         )
 
 
+def _recorded_member(job: Any) -> str | None:
+    """The intake member a producer recorded for this raw job, or None for a job no producer
+    records: an id or ``reply_to`` of another type, or text Redis cannot take (a lone
+    surrogate). Such a job is rejected by its run, and its member must not raise here: a
+    ``reply_to`` of 5 raised out of the acknowledgement thread, which ended, and the worker
+    acknowledged nothing more (found by an attack)."""
+    if not isinstance(job, dict):
+        return None
+    job_id, reply_to = job.get("id"), job.get("reply_to")
+    if not isinstance(job_id, str) or not (reply_to is None or isinstance(reply_to, str)):
+        return None
+    member = intake_member(reply_to, job_id)
+    try:
+        member.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return member
+
+
 def forget_ran(book: IntakeBook | None, jobs: Iterable[Any]) -> None:
     """A worker ran these jobs (each has its row, or its rejection): drop their records.
 
     Best effort: a record left behind is dropped by the reaper once it finds the job's row."""
     if book is None:
         return
-    members = [
-        intake_member(job.get("reply_to"), str(job.get("id")))
-        for job in jobs
-        if isinstance(job, dict) and job.get("id") is not None
-    ]
+    members = [member for member in map(_recorded_member, jobs) if member is not None]
     try:
         book.forget(members)
     except redis.RedisError as exc:
