@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.process.deferral import RECENT_S, Deferrals
+from worker.process.deferral import MAX_SEEN, RECENT_S, Deferrals
 
 
 def _filled(limit: int = 4, **kwargs: float) -> Deferrals:
@@ -50,3 +50,14 @@ def test_hand_backs_are_rate_bounded() -> None:
     assert not deferrals.admit(["slow"], now=1.5)  # a token and a half came back
     assert deferrals.admit(["slow"], now=1.5)
     assert deferrals.handed_back == 4
+
+
+def test_made_up_provider_names_are_forgotten() -> None:
+    """Found by an attack: every provider name a job gave was remembered for good."""
+    deferrals = Deferrals(4)
+    for n in range(5 * MAX_SEEN):
+        assert deferrals.admit([f"made-up-{n}"], now=float(n) / 1000)
+        deferrals.done([f"made-up-{n}"])
+    assert deferrals.providers_remembered <= MAX_SEEN
+    # The latest are the ones kept: a provider just served still counts as served.
+    assert not deferrals.admit(["slow"] * 6, now=5 * MAX_SEEN / 1000)

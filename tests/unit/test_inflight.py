@@ -144,3 +144,72 @@ def test_a_runner_with_a_gate_runs_a_big_chunk_a_few_jobs_at_a_time() -> None:
     chunk = [{"id": f"j{i}", "kind": "decide"} for i in range(40)]
     assert asyncio.run(runner.run_chunk(chunk)) == ["result"] * 40
     assert peak == 4
+
+
+def test_a_job_naming_no_provider_takes_the_default_providers_slots() -> None:
+    """Found by an attack: ``{}`` and ``{"provider": "faux"}`` counted as two providers, twice
+    the slots of the one that serves both."""
+    async def scenario() -> dict[str, int]:
+        gate = JobGate(1, "faux")
+        inside = 0
+        peak = 0
+
+        async def one(raw: Any) -> None:
+            nonlocal inside, peak
+            async with gate.slot(raw):
+                inside += 1
+                peak = max(peak, inside)
+                await asyncio.sleep(0.01)
+                inside -= 1
+
+        await asyncio.gather(one({}), one({"provider": "faux"}), one({"provider": ""}))
+        return {"peak": peak, "tracked": gate.providers_tracked}
+
+    assert asyncio.run(scenario()) == {"peak": 1, "tracked": 0}
+
+
+def test_made_up_provider_names_are_not_kept() -> None:
+    """Found by an attack: each distinct name a job gave kept a semaphore for good, so a
+    stream of made-up names grew the worker's memory without bound."""
+    async def scenario() -> tuple[int, int]:
+        gate = JobGate(2)
+        limiter = LocalLimiter(2)
+        waiting_seen = 0
+
+        async def one(name: str) -> None:
+            nonlocal waiting_seen
+            async with gate.slot({"provider": name}):
+                token = await limiter.acquire(name)
+                waiting_seen = max(waiting_seen, gate.providers_tracked)
+                await asyncio.sleep(0)
+                await limiter.release(token)
+
+        await asyncio.gather(*(one(f"made-up-{n}") for n in range(2000)))
+        return gate.providers_tracked, waiting_seen
+
+    tracked, at_most = asyncio.run(scenario())
+    assert tracked == 0
+    assert at_most > 1  # they were tracked while running: the count is of something
+
+
+def test_a_cancelled_wait_for_a_slot_leaves_nothing_tracked() -> None:
+    async def scenario() -> int:
+        gate = JobGate(1)
+        hold = asyncio.Event()
+
+        async def holder() -> None:
+            async with gate.slot({"provider": "p"}):
+                await hold.wait()
+
+        first = asyncio.ensure_future(holder())
+        await asyncio.sleep(0)
+        waiter = asyncio.ensure_future(holder())
+        await asyncio.sleep(0)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        hold.set()
+        await first
+        return gate.providers_tracked
+
+    assert asyncio.run(scenario()) == 0

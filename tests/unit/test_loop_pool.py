@@ -46,7 +46,10 @@ def loop() -> Any:
 
 def _pool(loop: ProcessLoop, runner: _Runner, monkeypatch: pytest.MonkeyPatch) -> LoopPool:
     ctx = SimpleNamespace(
-        loop=loop, runner=runner, intake=None, settings=SimpleNamespace(max_in_flight=8)
+        loop=loop,
+        runner=runner,
+        intake=None,
+        settings=SimpleNamespace(max_in_flight=8, default_provider="faux"),
     )
     monkeypatch.setattr("worker.process.pool.context.current", lambda: ctx)
     pool = LoopPool(limit=16, app=SimpleNamespace(conf=SimpleNamespace(accept_content=["json"])))

@@ -36,12 +36,14 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Final
 
-__all__ = ["HANDBACK_RATE_PER_S", "RECENT_S", "Deferrals"]
+__all__ = ["HANDBACK_RATE_PER_S", "MAX_SEEN", "RECENT_S", "Deferrals"]
 
 #: Messages a process hands back a second, at most (and as many at once).
 HANDBACK_RATE_PER_S: Final = 50.0
 #: How long after taking a provider's jobs the process still counts it as served (s).
 RECENT_S: Final = 300.0
+#: Providers remembered at most (past it, the half seen longest ago are forgotten).
+MAX_SEEN: Final = 1024
 
 
 class Deferrals:
@@ -82,7 +84,17 @@ class Deferrals:
             self._reserved.update(counts)
             for provider in counts:
                 self._seen[provider] = now
+            if len(self._seen) > MAX_SEEN:
+                # Names come from jobs: made-up ones must not each be kept for good (found by
+                # an attack). The latest seen are what ``_others_served`` reads.
+                latest = sorted(self._seen.items(), key=lambda seen: seen[1])[-MAX_SEEN // 2 :]
+                self._seen = {p: at for p, at in latest if now - at < RECENT_S}
         return True
+
+    @property
+    def providers_remembered(self) -> int:
+        """How many providers' last service is kept (tests)."""
+        return len(self._seen)
 
     def _others_served(self, provider: str, now: float) -> bool:
         return any(p != provider and now - at < RECENT_S for p, at in self._seen.items())

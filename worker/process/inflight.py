@@ -34,36 +34,54 @@ from worker.providers.limiter import Limiter, NoLimiter
 __all__ = ["JobGate", "LocalLimiter", "NotAdmitted", "job_provider"]
 
 
-def job_provider(raw: Any) -> str:
-    """The provider a raw job names (``""``: the default one), read without parsing it."""
+def job_provider(raw: Any, default: str = "") -> str:
+    """The provider a raw job names (``default`` when it names none), read without parsing
+    it."""
     if not isinstance(raw, dict):
-        return ""
+        return default
     provider = raw.get("provider")
     if provider is None and isinstance(raw.get("runtime"), dict):
         provider = raw["runtime"].get("provider")
-    return provider if isinstance(provider, str) else ""
+    return provider if isinstance(provider, str) and provider else default
 
 
 class _Slots:
-    """A FIFO semaphore per key, made on first use (an event loop's own: asyncio only)."""
+    """A FIFO semaphore per key while anyone holds or waits for it (an event loop's own:
+    asyncio only). A key's semaphore goes when its last user leaves: keys come from jobs, and
+    a stream of made-up provider names kept one each for good (found by an attack)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._by_key: dict[str, asyncio.Semaphore] = {}
+        self._users: dict[str, int] = {}
 
-    def of(self, key: str) -> asyncio.Semaphore:
+    def take(self, key: str) -> asyncio.Semaphore:
+        """``key``'s semaphore, counted in use until ``leave(key)``."""
         slots = self._by_key.get(key)
         if slots is None:
             slots = self._by_key[key] = asyncio.Semaphore(self.limit)
+        self._users[key] = self._users.get(key, 0) + 1
         return slots
+
+    def leave(self, key: str) -> None:
+        users = self._users[key] - 1
+        if users:
+            self._users[key] = users
+        else:
+            del self._users[key], self._by_key[key]
+
+    def __len__(self) -> int:
+        return len(self._by_key)
 
 
 class JobGate:
     """Up to ``limit`` jobs running at once per provider; ``close`` stops admitting more."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, default_provider: str = "") -> None:
         self._slots = _Slots(limit)
         self._closed = asyncio.Event()
+        #: A job naming no provider takes the default one's slots, not slots of its own.
+        self.default_provider = default_provider
 
     @property
     def limit(self) -> int:
@@ -75,29 +93,41 @@ class JobGate:
         gate closes first (nothing of the job was done)."""
         if self._closed.is_set():
             raise NotAdmitted("the worker is stopping: job left to the broker")
-        slots = self._slots.of(job_provider(raw))
+        key = job_provider(raw, self.default_provider)
+        slots = self._slots.take(key)
+        try:
+            await self._acquire(slots)
+            try:
+                yield
+            finally:
+                slots.release()
+        finally:
+            self._slots.leave(key)
+
+    async def _acquire(self, slots: asyncio.Semaphore) -> None:
         if not slots.locked():
             await slots.acquire()  # free: at once, no task made
-        else:
-            acquire = asyncio.ensure_future(slots.acquire())
-            closed = asyncio.ensure_future(self._closed.wait())
-            try:
-                await asyncio.wait({acquire, closed}, return_when=asyncio.FIRST_COMPLETED)
-            except BaseException:
-                closed.cancel()
-                if acquire.done() and not acquire.cancelled():
-                    slots.release()  # got it just as the caller was cancelled
-                else:
-                    acquire.cancel()
-                raise
-            closed.cancel()
-            if not acquire.done():
-                acquire.cancel()
-                raise NotAdmitted("the worker is stopping: job left to the broker")
+            return
+        acquire = asyncio.ensure_future(slots.acquire())
+        closed = asyncio.ensure_future(self._closed.wait())
         try:
-            yield
-        finally:
-            slots.release()
+            await asyncio.wait({acquire, closed}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            closed.cancel()
+            if acquire.done() and not acquire.cancelled():
+                slots.release()  # got it just as the caller was cancelled
+            else:
+                acquire.cancel()
+            raise
+        closed.cancel()
+        if not acquire.done():
+            acquire.cancel()
+            raise NotAdmitted("the worker is stopping: job left to the broker")
+
+    @property
+    def providers_tracked(self) -> int:
+        """Providers with a job holding or waiting for a slot (tests)."""
+        return len(self._slots)
 
     def close(self) -> None:
         """Admit no more jobs (a warm shutdown): those waiting raise ``NotAdmitted``."""
@@ -112,19 +142,25 @@ class LocalLimiter:
         self._inner = inner or NoLimiter()
 
     async def acquire(self, provider: str) -> object:
-        slots = self._slots.of(provider)
-        await slots.acquire()
+        slots = self._slots.take(provider)
+        try:
+            await slots.acquire()
+        except BaseException:
+            self._slots.leave(provider)
+            raise
         try:
             token = await self._inner.acquire(provider)
         except BaseException:
             slots.release()
+            self._slots.leave(provider)
             raise
-        return (slots, token)
+        return (provider, slots, token)
 
     async def release(self, token: object) -> None:
         assert isinstance(token, tuple)
-        slots, inner = token
+        provider, slots, inner = token
         slots.release()
+        self._slots.leave(provider)
         await self._inner.release(inner)
 
     async def note_retry_after(self, provider: str, seconds: float) -> None:

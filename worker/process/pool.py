@@ -137,7 +137,9 @@ class LoopPool(BasePool):
         if not strategy_log.isEnabledFor(logging.DEBUG):
             strategy_log.setLevel(logging.WARNING)
         if self._ctx.runner.gate is None:
-            self._ctx.runner.gate = JobGate(self._ctx.settings.max_in_flight)
+            self._ctx.runner.gate = JobGate(
+                self._ctx.settings.max_in_flight, self._ctx.settings.default_provider
+            )
         # A slow provider's backlog is handed back, not kept (``worker.process.deferral``).
         self.deferrals = Deferrals(self._ctx.settings.max_in_flight)
         accept = self.app.conf.accept_content if self.app is not None else ["json"]
@@ -170,7 +172,8 @@ class LoopPool(BasePool):
         if jobs is None:  # not ours, or not a shape this path knows: Celery's own way
             self._start_classic(target, args, kwargs, callback, accept_callback)
             return
-        providers = [job_provider(raw) for raw in jobs]
+        default = self._ctx.settings.default_provider
+        providers = [job_provider(raw, default) for raw in jobs]
         may_hand_back = error_callback is not None and not self._stopping
         if not self.deferrals.admit(providers, may_hand_back=may_hand_back):
             assert error_callback is not None
