@@ -64,10 +64,13 @@ def test_a_statement_past_a_server_limit_is_no_outage_and_says_what_it_is(
 def test_postgres_lock_timeout_on_a_locked_row_is_an_outage(
     pg_url: Callable[..., str],
 ) -> None:
+    # Migrated without the lock_timeout: migrating waits on one advisory lock for the whole
+    # server, which a migration of another test (another xdist worker) may hold past 200 ms.
+    with Ledger(pg_url()) as migrating:
+        migrating.migrate()
     ledger = Ledger(pg_url("-clock_timeout=200"))
     holder = create_engine(pg_url())
     try:
-        ledger.migrate()
         with holder.begin() as conn:
             conn.execute(text("CREATE TABLE held (id int PRIMARY KEY, n int)"))
             conn.execute(text("INSERT INTO held VALUES (1, 0)"))
