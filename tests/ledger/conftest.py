@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from uuid import uuid4
 
 import pytest
@@ -33,6 +34,33 @@ BACKENDS = [
 
 def later(seconds: float = 60.0) -> datetime:
     return datetime.now(UTC) + timedelta(seconds=seconds)
+
+
+def judgment_claim(job_id: str) -> dict[str, Any]:
+    """A judgment job's claim (``Ledger.claim``'s and ``claim_call``'s keywords, but ``now``):
+    it names its delivery's plan, so it locks the job's row for update."""
+    return {
+        "job_id": job_id,
+        "step": "decide",
+        "provider": "faux",
+        "model": "faux-1",
+        "request_sha256": "sha-1",
+        "lease_expires": later(150),
+        "plan": {"decide": "sha-1"},
+    }
+
+
+def open_jobs(ledger: Ledger, *job_ids: str) -> None:
+    for job_id in job_ids:
+        ledger.open_job(
+            job_id=job_id,
+            kind="sift",
+            batch=None,
+            reply_to="replies:test",
+            fingerprint="fp-1",
+            deadline=later(120),
+            job_json='{"id": "x"}',
+        )
 
 
 def pg_url_for_schema(schema: str, *options: str) -> str:

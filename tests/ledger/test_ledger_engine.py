@@ -16,6 +16,7 @@ from sqlalchemy import event, exc, text
 
 from shared.errors import LedgerError
 from shared.settings import Settings
+from tests.ledger.conftest import open_jobs
 from worker.ledger import Ledger, LedgerUnavailable
 from worker.ledger.engine import translate_error
 
@@ -31,15 +32,7 @@ def sqlite_ledger(tmp_path: Path, **kw: Any) -> Ledger:
 
 
 def open_one(ledger: Ledger, job_id: str = "j") -> None:
-    ledger.open_job(
-        job_id=job_id,
-        kind="decide",
-        batch=None,
-        reply_to="r",
-        fingerprint="f",
-        deadline=later(60),
-        job_json="{}",
-    )
+    open_jobs(ledger, job_id)
 
 
 def test_from_settings(tmp_path: Path) -> None:

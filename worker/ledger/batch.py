@@ -27,7 +27,11 @@ so a refused write is reported to its own caller and the batch goes on. A databa
 fails the transaction: the batch is rolled back and every write of it is run again alone,
 in its own transaction, exactly as ``Ledger``'s methods run it, so one bad write (a claim
 whose job row is missing, say) cannot take its neighbours with it. An outage (the database
-unreachable) fails them all with ``LedgerUnavailable``, as the single writes would.
+unreachable) fails them all with ``LedgerUnavailable``, as the single writes would. A batch
+PostgreSQL aborted for a conflict with another transaction (a deadlock: two batches of the
+same jobs locking their rows in crossing orders) is no outage: it is run again whole, a few
+times (``conflicts``), and its writes fail as after an outage only if the conflict outlasts
+those tries.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from sqlalchemy.engine import Connection
 
 from shared.errors import LedgerError
 from worker.ledger import call_ops, job_ops
+from worker.ledger.conflicts import retry_conflicts
 from worker.ledger.errors import LedgerUnavailable
 from worker.ledger.store import Ledger
 from worker.process.batching import Batcher, Item
@@ -215,25 +220,10 @@ class GroupCommit(Batcher):
         if not later and all(write.method == _FLUSH for write in batch):
             return  # a batch before took the marks: no transaction for nothing
         try:
-            with self.ledger.transaction() as conn:
-                if later:
-                    # Finished and unpublished rows only: one published before keeps its stamp.
-                    job_ops.mark_many_published(conn, job_ids=later, now=now)
-                self._mark_published_at_once(conn, now, batch)
-                self._open_and_claim_at_once(conn, now, batch)
-                self._finish_at_once(conn, now, batch)
-                for write in batch:
-                    if write.done:  # by one of the statements above
-                        continue
-                    try:
-                        write.result = _OPS[write.method](conn, now, write.kwargs)
-                    except (LedgerError, ValueError) as refused:
-                        if _from_database(refused):
-                            # The statement failed in the database (PostgreSQL has now
-                            # aborted the transaction): no write of this batch may stand.
-                            raise _Abort from refused
-                        write.error = refused  # refused before it changed anything
-        except LedgerUnavailable as down:
+            # A batch PostgreSQL aborted for a conflict with another transaction (a deadlock
+            # with a batch of the same jobs, say) is run again whole (``conflicts``).
+            retry_conflicts(lambda: self._commit(batch, later, now), operation="group commit")
+        except LedgerUnavailable as down:  # a conflict that outlasted its tries too
             self._put_back(later)
             for write in batch:  # an outage fails every write, as it would have alone
                 if write.method != _FLUSH:
@@ -244,6 +234,30 @@ class GroupCommit(Batcher):
             self._one_by_one(batch)
             return
         self.count(sum(1 for write in batch if write.method != _FLUSH))
+
+    def _commit(self, batch: list[Item], later: list[str], now: datetime) -> None:
+        """One try of the batch, in one transaction; each write's outcome set on it."""
+        for write in batch:  # a try before was rolled back: what it set is void
+            if write.method != _FLUSH:
+                write.result, write.error, write.done = None, None, False
+        with self.ledger.transaction() as conn:
+            if later:
+                # Finished and unpublished rows only: one published before keeps its stamp.
+                job_ops.mark_many_published(conn, job_ids=later, now=now)
+            self._mark_published_at_once(conn, now, batch)
+            self._open_and_claim_at_once(conn, now, batch)
+            self._finish_at_once(conn, now, batch)
+            for write in batch:
+                if write.done:  # by one of the statements above
+                    continue
+                try:
+                    write.result = _OPS[write.method](conn, now, write.kwargs)
+                except (LedgerError, ValueError) as refused:
+                    if _from_database(refused):
+                        # The statement failed in the database (PostgreSQL has now
+                        # aborted the transaction): no write of this batch may stand.
+                        raise _Abort from refused
+                    write.error = refused  # refused before it changed anything
 
     @staticmethod
     def _mark_published_at_once(conn: Connection, now: datetime, batch: list[Item]) -> None:

@@ -12,6 +12,7 @@ from datetime import datetime
 from sqlalchemy.engine import Connection
 
 from worker.ledger import call_ops, leases, pack_ops
+from worker.ledger.conflicts import conflicts_retried
 from worker.ledger.errors import ClaimLost, OverBudget
 from worker.ledger.models import calls, to_utc
 from worker.ledger.pack_ops import MemberClaim, MemberFinish, PackClaim
@@ -29,6 +30,7 @@ class CallMethods:
     def now(self) -> datetime:
         raise NotImplementedError
 
+    @conflicts_retried
     def claim(
         self,
         *,
@@ -73,6 +75,7 @@ class CallMethods:
         # ``decisions budget show`` then names what refused the batch on every path.
         raise refused
 
+    @conflicts_retried
     def claim_pack(
         self,
         *,
@@ -108,6 +111,7 @@ class CallMethods:
                 return PackClaim(fresh=False, taken=taken, finished=finished, refused=refused)
         return PackClaim(fresh=True, taken={})
 
+    @conflicts_retried
     def finish_pack(self, *, members: Sequence[MemberFinish]) -> list[JobRow | ClaimLost]:
         """Record every member's outcome and terminal message in one transaction.
 
@@ -118,6 +122,7 @@ class CallMethods:
         with self.transaction() as conn:
             return pack_ops.finish_members(conn, members=members, now=self.now())
 
+    @conflicts_retried
     def record(self, *, job_id: str, outcome: CallOutcome) -> CallRow:
         """Close a claimed call with its outcome.
 
@@ -129,6 +134,7 @@ class CallMethods:
         with self.transaction() as conn:
             return call_ops.record_call(conn, job_id=job_id, outcome=outcome, now=self.now())
 
+    @conflicts_retried
     def expire_claim(
         self,
         *,
@@ -154,6 +160,7 @@ class CallMethods:
                 cost_basis=cost_basis,
             )
 
+    @conflicts_retried
     def renew_lease(self, *, job_id: str, step: str, extend_s: float) -> bool:
         """Extend a claimed call's live lease to the database's now + ``extend_s`` (never
         shorter); False if the call is no longer claimed or its lease ran out (``leases``)."""

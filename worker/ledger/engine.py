@@ -30,7 +30,13 @@ from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from shared.errors import LedgerError
-from worker.ledger.errors import LedgerUnavailable, NotADatabase, OverServerLimit, TablesMissing
+from worker.ledger.errors import (
+    LedgerConflict,
+    LedgerUnavailable,
+    NotADatabase,
+    OverServerLimit,
+    TablesMissing,
+)
 
 __all__ = [
     "PG_MAX_OVERFLOW",
@@ -68,6 +74,14 @@ _OUTAGE_CLASSES: Final = ("08", "53", "57")
 #: files it under ``OperationalError``, which read as an outage: retried for ever, answers
 #: held, "start the database". The server is up; the statement is what it refuses.
 _OVER_LIMIT_CLASS: Final = "54"
+#: A transaction the server aborted for a conflict with another running beside it, by
+#: condition name: a deadlock (two transactions each waiting on a row the other locked) or a
+#: serialization failure. psycopg files both under ``OperationalError``, which read as an
+#: outage ("ledger unavailable", the task retried with backoff). The server is up and the
+#: same transaction run again goes through: ``LedgerConflict``, run again by the ledger
+#: (``worker.ledger.conflicts``). Not the rest of class 40: 40002 (an integrity violation
+#: found at commit) and 40003 (completion unknown) are not mended by running again.
+_CONFLICT_NAMES: Final = {"40P01": "deadlock_detected", "40001": "serialization_failure"}
 _OVER_LIMIT_NAMES: Final = {
     "54000": "program_limit_exceeded",
     "54001": "statement_too_complex",
@@ -131,9 +145,10 @@ def translate_error(error: exc.SQLAlchemyError, url: str | URL) -> LedgerError |
     """The ``LedgerError`` a database error means, or None for errors that are bugs: the
     database cannot be reached or will not take writes now (``LedgerUnavailable``: read-only,
     out of disk or connections, shutting down, the session ended, a lock not granted in
-    time), has no ledger tables (``TablesMissing``), refused a statement past one of its
-    limits (``OverServerLimit``), or is a file that is not a SQLite database
-    (``NotADatabase``).
+    time), aborted the transaction for a conflict with another (``LedgerConflict``, a
+    ``LedgerUnavailable``: a deadlock or a serialization failure), has no ledger tables
+    (``TablesMissing``), refused a statement past one of its limits (``OverServerLimit``),
+    or is a file that is not a SQLite database (``NotADatabase``).
 
     The message names the URL without its password and the driver's own first line, from
     which any password is scrubbed too (drivers sometimes echo connection strings).
@@ -161,6 +176,14 @@ def translate_error(error: exc.SQLAlchemyError, url: str | URL) -> LedgerError |
             f"the ledger at {describe_url(url)} refused a statement past one of its limits "
             f"(SQLSTATE {sqlstate} {name}): {detail}; not retried, as the same statement "
             "meets the same limit: report it with this line"
+        )
+    if sqlstate in _CONFLICT_NAMES:
+        # Before the driver's class below too: psycopg makes these OperationalErrors.
+        return LedgerConflict(
+            f"ledger conflict at {describe_url(url)}: SQLSTATE {sqlstate} "
+            f"{_CONFLICT_NAMES[sqlstate]}, the transaction was rolled back by the server "
+            f"({detail})",
+            sqlstate,
         )
     if (
         isinstance(error, exc.OperationalError | exc.InterfaceError)

@@ -4,7 +4,9 @@ All stay inside the one exception tree: ``except LedgerError`` still catches the
 
     LedgerError (shared.errors)
     ├── LedgerUnavailable   the database cannot be reached, takes no writes now (read-only,
-    │                       disk full, too many connections) or stayed locked: retry later
+    │   │                   disk full, too many connections) or stayed locked: retry later
+    │   └── LedgerConflict  PostgreSQL aborted the transaction for a conflict with another
+    │                       (deadlock 40P01, serialization failure 40001): run it again now
     ├── TablesMissing       the ledger's tables are not there: never migrated, or dropped (a
     │                       SchemaBehind too: `decisions migrate`, or a restore of the rows)
     ├── NotADatabase        the ledger URL names a file that is not SQLite's (and a
@@ -19,7 +21,9 @@ All stay inside the one exception tree: ``except LedgerError`` still catches the
     └── JobNotFound         no such job was ever opened (a bug in the caller)
 
 Only ``LedgerUnavailable`` is worth retrying as such; the others say something about the
-rows, which a retry of the same step will not change.
+rows, which a retry of the same step will not change. A ``LedgerConflict`` the ledger runs
+again itself, at once (``worker.ledger.conflicts``); one that outlasts those few tries is
+handled as the outage it then is.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ __all__ = [
     "ClaimLost",
     "JobFinished",
     "JobNotFound",
+    "LedgerConflict",
     "LedgerUnavailable",
     "NotADatabase",
     "OverBudget",
@@ -49,6 +54,30 @@ class LedgerUnavailable(LedgerError):
 
     Nothing was committed by the statement that failed; the caller must not send.
     """
+
+
+class LedgerConflict(LedgerUnavailable):
+    """PostgreSQL aborted the transaction for a conflict with another one running beside it:
+    a deadlock (40P01 ``deadlock_detected``: each waited for a row the other had locked, as
+    two group commits claiming the same judgment jobs in crossing orders do) or a
+    serialization failure (40001). ``sqlstate`` says which.
+
+    The server is up and nothing of the transaction was committed; the other transaction
+    ends in moments, and the same transaction run again then goes through, seeing what the
+    other committed. So the ledger runs it again itself, a few times after a short pause
+    (``worker.ledger.conflicts``), rather than holding the work as after an outage.
+
+    A ``LedgerUnavailable`` still: one that outlasts those tries is handled as an outage is
+    (the task retried with backoff, a paid answer held until written), as every conflict
+    was before it had a name of its own."""
+
+    def __init__(self, message: str, sqlstate: str) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+    def __reduce__(self) -> tuple[type[LedgerConflict], tuple[str, str]]:
+        # Both arguments: the default rebuilds an exception from ``args`` (the message) alone.
+        return type(self), (str(self), self.sqlstate)
 
 
 class TablesMissing(SchemaBehind):

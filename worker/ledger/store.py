@@ -4,7 +4,10 @@ Every method runs in its own transaction and returns only after it committed, so
 with ``fresh=True`` is durable before the caller sends a byte. Database errors that mean
 the ledger cannot be reached (or SQLite stayed locked past the busy timeout) are raised as
 ``shared.errors.LedgerError``: the caller must not send. Nothing is retried here, because
-whether a retry is safe depends on the step, which only the runner knows.
+whether a retry is safe depends on the step, which only the runner knows; but a write
+transaction PostgreSQL aborted for a conflict with another (a deadlock, a serialization
+failure) is run again whole, a few times (``conflicts_retried``): nothing of it was
+committed, so running it again is running it once.
 
 Create a ``Ledger`` in the process that uses it (after any fork): its engine holds open
 connections, which must never be shared across a fork. A Ledger used in a forked child
@@ -33,6 +36,7 @@ from worker.ledger import job_ops, label_ops, outbox_rows, schema
 from worker.ledger.budget_store import BudgetMethods
 from worker.ledger.call_store import CallMethods
 from worker.ledger.clock import DatabaseClock, database_time
+from worker.ledger.conflicts import conflicts_retried
 from worker.ledger.engine import READ_ONLY, describe_url, make_engine, translate_error
 from worker.ledger.errors import LedgerUnavailable
 from worker.ledger.label_ops import LabelFilter, LabelRow
@@ -171,6 +175,7 @@ class Ledger(CallMethods, BudgetMethods):
 
     # --- jobs ----------------------------------------------------------------------------
 
+    @conflicts_retried
     def open_job(
         self,
         *,
@@ -200,6 +205,7 @@ class Ledger(CallMethods, BudgetMethods):
                 now=self.now(),
             )[0]
 
+    @conflicts_retried
     def open_and_claim(
         self, *, job: dict[str, Any], claim: dict[str, Any]
     ) -> tuple[JobRow, Claim | BudgetRefusal | None]:
@@ -216,6 +222,7 @@ class Ledger(CallMethods, BudgetMethods):
         with self.transaction(read_only=True) as conn:
             return job_ops.read_job(conn, job_id)
 
+    @conflicts_retried
     def finish_job(
         self,
         *,
@@ -243,6 +250,7 @@ class Ledger(CallMethods, BudgetMethods):
                 now=self.now(),
             )
 
+    @conflicts_retried
     def mark_published(self, job_id: str) -> None:
         """Note that the terminal message went out; idempotent, the first time stamp stays."""
         with self.transaction() as conn:
@@ -257,6 +265,7 @@ class Ledger(CallMethods, BudgetMethods):
 
     # --- labels (calibration) ----------------------------------------------------------
 
+    @conflicts_retried
     def store_labels(
         self,
         found: Sequence[tuple[Label, datetime, str | None]],
