@@ -14,9 +14,10 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, create_engine, event, text
 from structlog.testing import capture_logs
 
 from tests.ledger.conftest import judgment_claim, open_jobs
@@ -113,3 +114,28 @@ def test_a_batch_aborted_by_a_deadlock_is_retried_and_each_job_is_claimed_once(
     assert not [e for e in logs if "unavailable" in e["event"]]
     assert not any(isinstance(w.error, LedgerUnavailable) for w in writes)
 
+
+def test_a_batch_takes_its_job_rows_in_job_id_order(
+    ledgers: tuple[Ledger, Ledger, Engine],
+) -> None:
+    # Two batches of the same jobs then wait for each other in one order, never in a cycle.
+    quick, _, _ = ledgers
+    locked: list[str] = []
+
+    @event.listens_for(quick.engine, "before_cursor_execute")
+    def _seen(_conn: Any, _cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        if "FOR UPDATE" in statement and "FROM jobs" in statement and isinstance(params, dict):
+            locked.extend(v for v in params.values() if v in JOBS)
+
+    group = GroupCommit(quick)
+    loop = asyncio.new_event_loop()
+    try:
+        writes = [
+            Item("claim", judgment_claim(job_id), loop, loop.create_future())
+            for job_id in reversed(JOBS)
+        ]
+        group.handle(writes)
+    finally:
+        loop.close()
+    assert [w.error for w in writes] == [None, None]
+    assert locked == list(JOBS)

@@ -31,7 +31,8 @@ unreachable) fails them all with ``LedgerUnavailable``, as the single writes wou
 PostgreSQL aborted for a conflict with another transaction (a deadlock: two batches of the
 same jobs locking their rows in crossing orders) is no outage: it is run again whole, a few
 times (``conflicts``), and its writes fail as after an outage only if the conflict outlasts
-those tries.
+those tries. The other writes of a batch take their jobs' rows in job id order, as its
+multi-row statements do, which leaves fewer such crossings to begin with.
 """
 
 from __future__ import annotations
@@ -247,7 +248,13 @@ class GroupCommit(Batcher):
             self._mark_published_at_once(conn, now, batch)
             self._open_and_claim_at_once(conn, now, batch)
             self._finish_at_once(conn, now, batch)
-            for write in batch:
+            # In job id order (a stable sort: one job's writes keep their order), as the
+            # opening and finishing statements above take theirs: two batches of the same
+            # jobs then lock those rows in one order and one waits for the other, where in
+            # their orders of arrival they could deadlock (a judgment claim locks its job's
+            # row for update). Any order of a batch's pending writes is one they could have
+            # come in.
+            for write in sorted(batch, key=_job_id):
                 if write.done:  # by one of the statements above
                     continue
                 try:
@@ -333,6 +340,12 @@ class GroupCommit(Batcher):
                 write.error = error
             else:
                 self.count(1)
+
+
+def _job_id(write: Item) -> str:
+    """The job a write is for (``open_and_claim`` names it in its job; a flush, none)."""
+    kwargs = write.kwargs
+    return str(kwargs.get("job_id") or kwargs.get("job", {}).get("job_id") or "")
 
 
 def _checks(write: Item) -> bool:
