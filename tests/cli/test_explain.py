@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from shared.errors import SubmitFailed
 from shared.settings import Settings, get_settings
 from worker.cli.errors import RUNTIME, USAGE, explain
+from worker.ledger.errors import LedgerConflict
 
 
 @pytest.fixture(autouse=True)
@@ -136,3 +137,23 @@ def test_a_submit_the_broker_stopped_half_way_says_how_many_jobs_were_queued(
         f"{plain.problem}; 0 job(s) were queued and 2 rejected (their rejected messages are "
         "on the stream) before it failed"
     )
+
+
+def test_a_ledger_conflict_that_outlasted_its_tries_is_no_outage(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server is up and aborted a transaction for a deadlock: "cannot be reached ...
+    start the database" sent the operator to the wrong place."""
+    monkeypatch.setenv("DECISIONS_LEDGER_URL", "postgresql+psycopg://u:pw-canary@db:5432/ledger")
+    conflict = LedgerConflict(
+        "ledger conflict at postgresql+psycopg://u:***@db:5432/ledger: SQLSTATE 40P01 "
+        "deadlock_detected, the transaction was rolled back by the server (deadlock "
+        "detected); still so after 4 tries",
+        "40P01",
+    )
+    got = explain(conflict)
+    assert got.exit_code == RUNTIME and len(got.lines()) == 2
+    assert "kept aborting a transaction for a conflict" in got.problem
+    assert "40P01 deadlock_detected" in got.problem
+    assert "cannot be reached" not in got.problem and "start the database" not in (got.fix or "")
+    assert "pw-canary" not in " ".join(got.lines())

@@ -20,7 +20,7 @@ from sqlalchemy import exc as sa_exc
 from worker.cli.explanation import RUNTIME, Explanation, masked, raw_setting, setting_url
 from worker.cli.ledger_file import file_problem
 from worker.ledger.engine import PG_MAX_OVERFLOW, PG_POOL_SIZE
-from worker.ledger.errors import LedgerUnavailable
+from worker.ledger.errors import LedgerConflict, LedgerUnavailable
 
 __all__ = ["CONNECTION_HANDLERS", "URL_SETTINGS"]
 
@@ -38,6 +38,19 @@ LEDGER_EXAMPLE = "postgresql+psycopg://USER@HOST:5432/DATABASE or sqlite:///./de
 
 def _ledger_unavailable(exc: LedgerUnavailable) -> Explanation:
     return _ledger_failure(str(exc).partition(": ")[2] or str(exc))
+
+
+def _ledger_conflict(exc: LedgerConflict) -> Explanation:
+    # The server is up: "cannot be reached ... start the database" would send the operator
+    # to the wrong place. Retried already (worker.ledger.conflicts); the task retries later.
+    where = f"the ledger at DECISIONS_LEDGER_URL={setting_url('ledger_url')}"
+    detail = masked(" ".join((str(exc).partition(": ")[2] or str(exc)).split()))
+    return Explanation(
+        f"{where} kept aborting a transaction for a conflict with another: {detail}",
+        "nothing was lost and it is tried again later; if it goes on, report it with this "
+        "line (two deliveries of the same jobs are writing at once)",
+        RUNTIME,
+    )
 
 
 def _ledger_operational(exc: sa_exc.OperationalError) -> Explanation:
@@ -289,6 +302,7 @@ def _variables_for(message: str) -> list[str]:
 
 
 CONNECTION_HANDLERS: list[tuple[Any, Callable[[Any], Explanation | None]]] = [
+    (LedgerConflict, _ledger_conflict),  # before its base class
     (LedgerUnavailable, _ledger_unavailable),
     (sa_exc.NoSuchModuleError, _no_dialect),
     (ModuleNotFoundError, _no_driver),
