@@ -420,3 +420,21 @@ def test_republish_puts_back_a_lost_escalation_stream_beside_an_intact_reply_str
     third = republish_stream(ledger, r, "both")  # markers expired: both streams read
     assert (third.replies, third.escalations) == (0, 0)
     assert len(list(read_entries(r, keys.ESCALATION_STREAM))) == 2
+
+
+def test_a_managed_redis_on_snapshots_just_restarted_is_judged_by_what_it_loaded() -> None:
+    """An earlier note's item: INFO was read by ``rdb_saves`` alone, which a restart sets to
+    0, so a snapshot-only Redis without CONFIG was refused until its next snapshot."""
+    rdb_only = ("--save", "3600 1", "--rename-command", "CONFIG", "")
+    with own_redis(persist=False, extra=rdb_only) as server:
+        client = redis.Redis.from_url(server.url())
+        client.set("kept", "1")
+        client.save()
+        server.stop()
+        server.start()
+        assert client.get("kept") == b"1"
+        found = persistence_of(client)
+        info = client.info("persistence")
+    assert info["rdb_saves"] == 0 and info["aof_enabled"] == 0
+    assert found.durable and not found.aof
+    assert "rdb_last_load_keys_loaded 1" in found.evidence

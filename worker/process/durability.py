@@ -79,10 +79,24 @@ def persistence_of(client: redis.Redis) -> Persistence:
 
 
 def _from_info(info: dict[str, Any]) -> Persistence:
+    """INFO says no save points: only what was done. A snapshot taken since the start
+    (``rdb_saves``) or loaded at it (``rdb_last_load_keys_loaded``, Redis 7) shows RDB on; a
+    snapshot-only server just restarted had neither of the first and was refused (an
+    earlier note's item), so the load counts too. One that has done neither yet cannot be
+    told from a server without persistence, and the refusal says so."""
     aof = int(info.get("aof_enabled", 0)) == 1
     saves = int(info.get("rdb_saves", 0) or 0)
-    evidence = f"CONFIG refused; INFO persistence: aof_enabled {int(aof)}, rdb_saves {saves}"
-    return Persistence(aof or saves > 0, evidence, aof)
+    loaded = int(info.get("rdb_last_load_keys_loaded", 0) or 0)
+    evidence = (
+        f"CONFIG refused; INFO persistence: aof_enabled {int(aof)}, rdb_saves {saves}, "
+        f"rdb_last_load_keys_loaded {loaded}"
+    )
+    if not (aof or saves or loaded):
+        evidence += (
+            " (a server with RDB snapshots on that has taken none since it started reads so "
+            "too)"
+        )
+    return Persistence(aof or saves > 0 or loaded > 0, evidence, aof)
 
 
 def check_streams_durable(settings: Settings, client: redis.Redis | None = None) -> str | None:
