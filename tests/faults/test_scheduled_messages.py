@@ -24,7 +24,7 @@ from shared import keys
 from shared.streams import StreamEntry
 from tests.faults.conftest import FleetFactory
 from tests.support.envelopes import raw_envelope, task_body
-from tests.support.fleet import decide_job
+from tests.support.fleet import decide_job, profile
 
 pytestmark = pytest.mark.faults
 
@@ -112,3 +112,39 @@ def test_a_retry_whose_eta_a_fast_clock_set_runs_after_its_backoff_and_is_answer
     replies = [entry for entry in crew.entries() if entry.job_id == retried["id"]]
     assert [entry.type for entry in replies] == ["result"]
     assert worker.alive()
+
+
+@pytest.mark.parametrize("pool", ["prefork", "loop"])
+def test_headers_celery_would_misread_leave_their_jobs_answered(
+    new_fleet: FleetFactory, pool: str
+) -> None:
+    """Found by an attack on this session's fixes: an eta a few seconds ahead spelled so
+    that Python reads it and Celery's parser does not ("+00:00:00", ".Z") was dropped by
+    Celery with a traceback, its job unanswered; a message's timelimit of ["x", "y"] stopped
+    a prefork worker's consumer (and the next worker's, the message put back), and one of
+    [1e-6, 1e-6] killed the task, its job unanswered. A kept eta is rewritten in one
+    spelling; a message's timelimit is replaced by the task's own."""
+    crew = new_fleet(f"misread-{pool}", profile(3, worker_pool=pool))
+    worker = crew.start_worker()
+    soon = (datetime.now(UTC) + timedelta(seconds=4)).strftime("%Y-%m-%dT%H:%M:%S")
+    headers = {
+        "eta-seconds-offset": {"eta": soon + "+00:00:00"},
+        "eta-dot-z": {"eta": soon + ".Z"},
+        "timelimit-text": {"timelimit": ["x", "y"]},
+        "timelimit-tiny": {"timelimit": [1e-6, 1e-6]},
+    }
+    jobs = {name: decide_job(f"misread-{pool}-{name}", reply_to=crew.stream) for name in headers}
+    for name, job in jobs.items():
+        crew.broker.lpush(
+            keys.CELERY_QUEUE, json.dumps(raw_envelope(task_body(job), headers=headers[name]))
+        )
+    good = crew.jobs(2, "after")
+    crew.submit(good)
+    pairs = crew.pairs([job["id"] for job in (*jobs.values(), *good)])
+    crew.expect_replies(pairs, timeout_s=60)
+    entries = crew.entries()
+    for job in (*jobs.values(), *good):
+        replies = [entry for entry in entries if entry.job_id == job["id"]]
+        assert [reply.type for reply in replies] == ["result"], (job["id"], replies)
+    assert worker.alive()
+    assert "Traceback" not in worker.text()

@@ -106,6 +106,14 @@ def malformed(message: Any) -> str | None:
     timelimit = headers.get("timelimit")
     if timelimit and not (isinstance(timelimit, list | tuple) and len(timelimit) == 2):
         return "timelimit is not a (soft, hard) pair"
+    if timelimit and any(limit is not None for limit in timelimit):
+        # The task's own limits, never a message's: jobs have deadlines, and a hard limit
+        # cut short kills a request mid-flight (found by an attack: ["x", "y"] stopped a
+        # prefork worker's consumer, Celery's "unrecoverable error", and the message, put
+        # back, the next worker's; [1e-6, 1e-6] killed the task and its job was never
+        # answered). Nothing of this project's sets them.
+        log.info("task.timelimit_ignored", task_id=str(headers.get("id"))[:80])
+        headers["timelimit"] = [None, None]
     # Undecodable or disallowed content (pickle) raises here, handled by Celery as usual.
     payload = message.payload
     if not (isinstance(payload, list | tuple) and len(payload) == 3):
@@ -167,7 +175,12 @@ def unscheduled(
             log.warning("task.eta_ahead", eta=str(eta)[:40], ahead_s=_ahead_s(when))
             soon = datetime.now(UTC) + timedelta(seconds=retry_wait_s)
             headers["eta"] = soon.isoformat() if retry_wait_s > 0 else None
-        elif when is None or when > latest:
+        elif when is not None and when <= latest:
+            # Kept, in the one spelling Celery reads as this check did (found by an attack:
+            # "...+00:00:00" and "....Z" read here, not by Celery's own parser, which then
+            # dropped the message with a traceback, its job unanswered).
+            headers["eta"] = when.astimezone(UTC).isoformat()
+        else:
             problems.append(FieldProblem(
                 "eta",
                 f"a message may not wait more than {longest_wait_s:g} s (its eta or countdown; "
