@@ -153,7 +153,8 @@ def test_a_ledger_conflict_that_outlasted_its_tries_is_no_outage(
     )
     got = explain(conflict)
     assert got.exit_code == RUNTIME and len(got.lines()) == 2
-    assert "kept aborting a transaction for a conflict" in got.problem
+    assert "aborted a transaction for a conflict with another" in got.problem
+    assert "a command, run it again" in (got.fix or "")
     assert "40P01 deadlock_detected" in got.problem
     assert "cannot be reached" not in got.problem and "start the database" not in (got.fix or "")
     assert "pw-canary" not in " ".join(got.lines())

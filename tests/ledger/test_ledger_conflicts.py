@@ -163,14 +163,17 @@ def test_an_outage_or_a_refusal_is_not_retried_here(pauses: list[float]) -> None
 # --- on PostgreSQL: the server raises it ------------------------------------------------------
 
 
-def raise_on_server(engine: Engine, sqlstate: str, times: int) -> list[str]:
+def raise_on_server(
+    engine: Engine, sqlstate: str, times: int, marks: tuple[str, ...] = ("FROM jobs", "FOR UPDATE")
+) -> list[str]:
     """Have the server raise ``sqlstate`` (aborting the transaction) in place of the first
-    ``times`` statements that lock a job's row for a claim; the statements it failed."""
+    ``times`` statements holding every one of ``marks`` (by default those that lock a job's
+    row for a claim); the statements it failed."""
     failed: list[str] = []
 
     @event.listens_for(engine, "before_cursor_execute")
     def _raise(_conn: Any, cursor: Any, statement: str, *_: Any) -> None:
-        if len(failed) < times and "FROM jobs" in statement and "FOR UPDATE" in statement:
+        if len(failed) < times and all(mark in statement for mark in marks):
             failed.append(statement)
             cursor.execute(
                 f"DO $$ BEGIN RAISE EXCEPTION 'injected' USING ERRCODE = '{sqlstate}'; END $$"
@@ -242,3 +245,17 @@ def test_a_single_claim_aborted_for_a_conflict_is_committed_on_its_next_try(
         got = pg_ledger.claim(**judgment_claim("j1"))
     assert got.fresh and got.call.claims == 1
     assert [(e["event"], e["operation"]) for e in logs] == [("ledger.conflict", "claim")]
+
+
+@pytest.mark.integration
+def test_setting_a_budget_aborted_for_a_conflict_is_committed_on_its_next_try(
+    pg_ledger: Ledger, pauses: list[float]
+) -> None:
+    """Found by an attack: ``set_budget`` and ``reopen_exhausted`` (``decisions budget set``
+    and ``resume``) were not run again on a conflict, and the command failed."""
+    failed = raise_on_server(pg_ledger.engine, "40P01", times=1, marks=("budgets",))
+    with capture_logs() as logs:
+        status = pg_ledger.set_budget("b1", 2.5, wait_s=0)
+    assert len(failed) == 1 and status.limit_usd == 2.5
+    conflicts_said = [e for e in logs if e["event"] == "ledger.conflict"]
+    assert [e["operation"] for e in conflicts_said] == ["set_budget"]

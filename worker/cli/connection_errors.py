@@ -45,10 +45,13 @@ def _ledger_conflict(exc: LedgerConflict) -> Explanation:
     # to the wrong place. Retried already (worker.ledger.conflicts); the task retries later.
     where = f"the ledger at DECISIONS_LEDGER_URL={setting_url('ledger_url')}"
     detail = masked(" ".join((str(exc).partition(": ")[2] or str(exc)).split()))
+    # Said for a worker (which tries again later) and a command alike (which does not: a
+    # `budget resume` aborted so had withdrawn its escalations and reopened nothing, found
+    # by an attack; run again, it completes).
     return Explanation(
-        f"{where} kept aborting a transaction for a conflict with another: {detail}",
-        "nothing was lost and it is tried again later; if it goes on, report it with this "
-        "line (two deliveries of the same jobs are writing at once)",
+        f"{where} aborted a transaction for a conflict with another: {detail}",
+        "PostgreSQL rolled it back, so none of it was written: a worker tries it again by "
+        "itself; a command, run it again. If it goes on, report it with this line",
         RUNTIME,
     )
 

@@ -19,6 +19,7 @@ from worker.ledger.budget_late import (
     wait_for_older,
 )
 from worker.ledger.budget_report import budget_status, live_budgets
+from worker.ledger.conflicts import conflicts_retried, retry_conflicts
 from worker.ledger.rows import BudgetStatus, JobRow
 
 __all__ = ["BudgetMethods"]
@@ -54,15 +55,24 @@ class BudgetMethods:
         committed after (``budget_late``), waiting up to ``wait_s`` for them; sessions still
         in a transaction then are named in one line to ``warn`` (else logged)."""
         scope = budget_ops.batch_scope(batch)
-        with self.transaction() as conn:
-            spent = budget_ops.set_limit(conn, scope, usd, self.now())
-            serial = conn.dialect.name == "sqlite"  # no claim reads between its writes
+
+        def set_limit() -> tuple[float | None, bool]:
+            with self.transaction() as conn:
+                spent = budget_ops.set_limit(conn, scope, usd, self.now())
+                return spent, conn.dialect.name == "sqlite"  # no claim reads between writes
+
+        def count_late(spent: float) -> None:
+            with self.transaction() as conn:
+                count_late_claims(conn, batch, spent, self.now())
+
+        # Each transaction run again whole on a conflict (worker.ledger.conflicts): a
+        # deadlock with a claim reserving from this budget is no outage (found by an attack).
+        spent, serial = retry_conflicts(set_limit, operation="set_budget")
         if spent is not None and not serial:
             pids = wait_for_older(self.transaction, wait_s)
             if pids:
                 (warn or _logged)(uncounted_warning(batch, pids, wait_s))
-            with self.transaction() as conn:
-                count_late_claims(conn, batch, spent, self.now())
+            retry_conflicts(lambda: count_late(spent), operation="set_budget")
         with self.transaction(read_only=True) as conn:
             found = budget_status(conn, scope)
         assert found is not None
@@ -87,6 +97,7 @@ class BudgetMethods:
         with self.transaction(read_only=True) as conn:
             return budget_ops.exhausted_jobs(conn, batch)
 
+    @conflicts_retried
     def reopen_exhausted(
         self,
         batch: str,
