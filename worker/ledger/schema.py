@@ -21,7 +21,7 @@ from alembic.util import CommandError
 from sqlalchemy import Engine, inspect, text
 from sqlalchemy.engine import Connection
 
-from shared.errors import LedgerError, SchemaBehind
+from shared.errors import ConfigurationError, LedgerError, SchemaBehind
 from worker.ledger.engine import make_engine
 from worker.ledger.errors import TablesMissing
 
@@ -79,6 +79,7 @@ def migrate(connection: Connection, revision: str = "head") -> None:
     """``alembic upgrade`` (to head unless told) inside the caller's transaction; a no-op
     when there already."""
     if connection.dialect.name == "postgresql":
+        _require_schema(connection)
         # Two workers starting together would both CREATE TABLE; the second one waits here
         # for the first to commit, then finds the schema at head.
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATE_LOCK})
@@ -95,6 +96,8 @@ def check_schema(connection: Connection) -> None:
     head = head_revision()
     current = current_revision(connection)
     if current is None:
+        if connection.dialect.name == "postgresql":
+            _require_schema(connection)  # else "run migrate", which cannot create in none
         raise TablesMissing(
             f"ledger schema is at none (no ledger tables), this code needs {head}: "
             "run `decisions migrate`"
@@ -112,6 +115,22 @@ def check_schema(connection: Connection) -> None:
             f"ledger schema is at {current} but tables {', '.join(missing)} are missing "
             "(dropped by hand?): restore them or stamp the schema and run `decisions migrate`"
         )
+
+
+def _require_schema(connection: Connection) -> None:
+    """``ConfigurationError`` when no schema the URL's search_path names exists: PostgreSQL
+    then has nowhere to create the tables (found by an outside reviewer: a ledger in a
+    schema not created yet was told "run `decisions migrate`", and migrate answered "a
+    bug", an SQL error of ``alembic_version``, over and over)."""
+    if connection.execute(text("SELECT current_schema()")).scalar() is not None:
+        return
+    path = connection.execute(text("SHOW search_path")).scalar()
+    database = connection.execute(text("SELECT current_database()")).scalar()
+    raise ConfigurationError(
+        f"DECISIONS_LEDGER_URL: no schema of its search_path ({path}) exists in database "
+        f"{database}, so the ledger has nowhere to be: create it (CREATE SCHEMA ...) or name "
+        "one that exists in the URL's options (-csearch_path=...), then run `decisions migrate`"
+    )
 
 
 def _ahead(current: str) -> LedgerError:
