@@ -41,13 +41,13 @@ def _ledger_unavailable(exc: LedgerUnavailable) -> Explanation:
 
 
 def _ledger_conflict(exc: LedgerConflict) -> Explanation:
-    # The server is up: "cannot be reached ... start the database" would send the operator
-    # to the wrong place. Retried already (worker.ledger.conflicts); the task retries later.
+    # The server is up: "cannot be reached ... start the database" sent the operator to the
+    # wrong place. Already run again a few times (worker.ledger.conflicts). Said for a worker
+    # (its task retries later) and a command alike (which nothing runs again: a `budget
+    # resume` aborted so had withdrawn its escalations and reopened nothing, found by an
+    # attack; run again, it completes).
     where = f"the ledger at DECISIONS_LEDGER_URL={setting_url('ledger_url')}"
     detail = masked(" ".join((str(exc).partition(": ")[2] or str(exc)).split()))
-    # Said for a worker (which tries again later) and a command alike (which does not: a
-    # `budget resume` aborted so had withdrawn its escalations and reopened nothing, found
-    # by an attack; run again, it completes).
     return Explanation(
         f"{where} aborted a transaction for a conflict with another: {detail}",
         "PostgreSQL rolled it back, so none of it was written: a worker tries it again by "
