@@ -123,7 +123,8 @@ def test_headers_celery_would_misread_leave_their_jobs_answered(
     Celery with a traceback, its job unanswered; a message's timelimit of ["x", "y"] stopped
     a prefork worker's consumer (and the next worker's, the message put back), and one of
     [1e-6, 1e-6] killed the task, its job unanswered. A kept eta is rewritten in one
-    spelling; a message's timelimit is replaced by the task's own."""
+    spelling; a message's timelimit is replaced by the task's own, whatever its shape, and
+    stamps Celery could not read are dropped (``guard.disarm``)."""
     crew = new_fleet(f"misread-{pool}", profile(3, worker_pool=pool))
     worker = crew.start_worker()
     soon = (datetime.now(UTC) + timedelta(seconds=4)).strftime("%Y-%m-%dT%H:%M:%S")
@@ -132,6 +133,13 @@ def test_headers_celery_would_misread_leave_their_jobs_answered(
         "eta-dot-z": {"eta": soon + ".Z"},
         "timelimit-text": {"timelimit": ["x", "y"]},
         "timelimit-tiny": {"timelimit": [1e-6, 1e-6]},
+        # A third attack: refused whole (not a pair), or dropped after the guard (Celery's
+        # revocation check raised on a list in stamped_headers), their jobs unanswered.
+        "timelimit-number": {"timelimit": 30},
+        "timelimit-object": {"timelimit": {"soft": 10, "hard": 20}},
+        "timelimit-three": {"timelimit": [10, 20, None]},
+        "stamped-list": {"stamped_headers": [["a"]], "stamps": {}},
+        "stamps-list": {"stamped_headers": ["a"], "stamps": ["a"]},
     }
     jobs = {name: decide_job(f"misread-{pool}-{name}", reply_to=crew.stream) for name in headers}
     for name, job in jobs.items():

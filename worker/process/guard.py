@@ -103,17 +103,6 @@ def malformed(message: Any) -> str | None:
     headers = message.headers
     if not isinstance(headers.get("id"), str):
         return "no task id in the headers"
-    timelimit = headers.get("timelimit")
-    if timelimit and not (isinstance(timelimit, list | tuple) and len(timelimit) == 2):
-        return "timelimit is not a (soft, hard) pair"
-    if timelimit and any(limit is not None for limit in timelimit):
-        # The task's own limits, never a message's: jobs have deadlines, and a hard limit
-        # cut short kills a request mid-flight (found by an attack: ["x", "y"] stopped a
-        # prefork worker's consumer, Celery's "unrecoverable error", and the message, put
-        # back, the next worker's; [1e-6, 1e-6] killed the task and its job was never
-        # answered). Nothing of this project's sets them.
-        log.info("task.timelimit_ignored", task_id=str(headers.get("id"))[:80])
-        headers["timelimit"] = [None, None]
     # Undecodable or disallowed content (pickle) raises here, handled by Celery as usual.
     payload = message.payload
     if not (isinstance(payload, list | tuple) and len(payload) == 3):
@@ -218,6 +207,30 @@ def _instant(value: Any) -> datetime | None:
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
+def disarm(headers: dict[str, Any]) -> None:
+    """Make harmless, in place, the headers Celery reads and nothing of this project sets:
+    the message runs as if they were absent. A job has a deadline, not a time limit of its
+    producer's, and no job is revoked by stamp.
+
+    Found by attacks: a ``timelimit`` of ["x", "y"] stopped a prefork worker's consumer
+    (Celery's "unrecoverable error"; the message, put back, stopped the next), one of [1e-6,
+    1e-6] killed the task mid-request, its job never answered, and one not a pair (30, [30],
+    an object) was refused whole, its readable jobs unanswered; a ``stamped_headers`` holding
+    a list raised in Celery's revocation check, after the guard, and the message was dropped.
+    """
+    timelimit = headers.get("timelimit")
+    if timelimit is not None and timelimit != [None, None]:
+        log.info("task.timelimit_ignored", task_id=str(headers.get("id"))[:80])
+        headers["timelimit"] = [None, None]
+    stamped = headers.get("stamped_headers")
+    if stamped is not None and not (
+        isinstance(stamped, list) and all(isinstance(name, str) for name in stamped)
+    ):
+        headers["stamped_headers"] = None
+    if headers.get("stamps") is not None and not isinstance(headers["stamps"], dict):
+        headers["stamps"] = None
+
+
 def contain(
     payload: Any, limits: Limits, every: list[FieldProblem] | None = None
 ) -> tuple[str | None, int]:
@@ -252,6 +265,22 @@ def contain(
             jobs[index] = refused_job(raw, problems)
             refused += 1
     return None, refused
+
+
+def _job_ids(message: Any) -> str:
+    """The ids of a message's jobs that read as text (at most 10, each at most 80
+    characters), for a log line; never raises."""
+    try:
+        args, kwargs, _embed = message.payload
+        jobs = kwargs["jobs"] if "jobs" in kwargs else args[0]
+        ids = [
+            job["id"][:80]
+            for job in (jobs if isinstance(jobs, list) else [jobs])
+            if isinstance(job, dict) and isinstance(job.get("id"), str)
+        ]
+    except Exception:  # whatever the message holds, the line is still written
+        return "unreadable"
+    return ", ".join(repr(job_id) for job_id in ids[:10]) + (" ..." if len(ids) > 10 else "")
 
 
 def _poison(reason: str, task: str, detail: str, count: int = 1) -> None:
@@ -291,6 +320,7 @@ def checked_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Calla
             if headers.problem is not None:
                 _poison("oversize_headers", task.name, headers.problem[1])
                 raise InvalidTaskError(f"{task.name}: headers: {headers.problem[1]}")
+            disarm(message.headers)
             scheduled = unscheduled(message.headers, longest_wait_s, retry_wait_s)
             problem, refused = contain(message.payload, limits, scheduled)
             if refused:
@@ -317,7 +347,13 @@ def checked_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Calla
             # and the message, put back, stops the next one. One message never does (the
             # guard's own checks included: a refused job's re-encoding raised, found by an
             # attack).
-            _poison("unexpected_error", task.name, f"{type(exc).__name__}: {exc}")
+            # Its jobs get no terminal message (no producer's intake record may exist to
+            # publish them again): the line names them, for an operator to submit again.
+            _poison(
+                "unexpected_error",
+                task.name,
+                f"{type(exc).__name__}: {exc}; jobs dropped: {_job_ids(message)}",
+            )
             raise InvalidTaskError(f"{task.name}: {type(exc).__name__}") from None
 
     return task_message_handler
