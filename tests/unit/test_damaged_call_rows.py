@@ -275,8 +275,10 @@ def test_a_renewed_lease_past_the_deadline_is_still_waited_for(ledger_url: str) 
     # deadline too (worker.delivery.leased). A delivery that finds it waits for its outcome.
     env = Env(ledger_url, lease_margin_s=0.0)
     now = datetime.now(UTC)
+    # The first lease leaves the first renewal seconds, not half of one: a fresh-clone suite
+    # at load 8 took longer than that to renew, and the lease ran out under the holder.
     _opened_and_claimed(
-        env, "held", deadline=now + timedelta(seconds=0.5), lease=now + timedelta(seconds=1)
+        env, "held", deadline=now + timedelta(seconds=0.5), lease=now + timedelta(seconds=3)
     )
     delivery = Delivery(
         settings=env.settings,
@@ -286,7 +288,7 @@ def test_a_renewed_lease_past_the_deadline_is_still_waited_for(ledger_url: str) 
     )
 
     async def holder() -> None:
-        for _ in range(8):  # about 4 s: well past the deadline and its lease
+        for _ in range(10):  # about 5 s: well past the deadline and the first lease
             await asyncio.sleep(0.5)
             assert await asyncio.to_thread(
                 env.ledger.renew_lease, job_id="held", step=DECIDE_STEP, extend_s=5.0
