@@ -60,7 +60,7 @@ def _exhausted_batch(url: str, *, reopened: bool = False) -> Ledger:
     return ledger
 
 
-def _queued(r: redis.Redis) -> list[str]:
+def queued_ids(r: redis.Redis) -> list[str]:
     """The job ids of the messages on the worker's queue."""
     ids = []
     for raw in r.lrange(keys.CELERY_QUEUE, 0, -1):
@@ -85,7 +85,7 @@ def _check(done: Outcome, ledger: Ledger, r: redis.Redis) -> None:
         f"{POISON}: left as it is, its stored job cannot be read (not JSON)"
     ]
     assert "resumed 1 job(s)" in done.stdout
-    assert _queued(r) == [GOOD]
+    assert queued_ids(r) == [GOOD]
     good = ledger.get_job(GOOD)
     assert good is not None and not good.finished and good.resumes == 1
 
@@ -127,7 +127,7 @@ def test_a_resumed_jobs_escalation_leaves_the_reviewers_queue(tmp_path: Path) ->
         for job_id in (POISON, GOOD):
             publish_once(
                 r, stream="r", job_id=job_id, message_type="escalation",
-                message_json=_exhausted_message(job_id), escalation=True,
+                message_json=exhausted_message(job_id), escalation=True,
             )  # fmt: skip
         queue = EscalationQueue(r)
         held = queue.claim("ann")
@@ -148,7 +148,7 @@ def test_a_job_resolved_before_the_resume_is_left_alone(tmp_path: Path) -> None:
     with redis_database(REDIS_DB) as r:
         publish_once(
             r, stream="r", job_id=GOOD, message_type="escalation",
-            message_json=_exhausted_message(GOOD), escalation=True,
+            message_json=exhausted_message(GOOD), escalation=True,
         )  # fmt: skip
         queue = EscalationQueue(r)
         held = queue.claim("ann")
@@ -157,12 +157,12 @@ def test_a_job_resolved_before_the_resume_is_left_alone(tmp_path: Path) -> None:
         done = _resume(tmp_path, url)
         assert "resumed 0 job(s)" in done.stdout, done.output
         assert "1 resolved by a reviewer left alone" in done.stdout, done.output
-        assert _queued(r) == []
+        assert queued_ids(r) == []
         good = ledger.get_job(GOOD)
         assert good is not None and good.finished and good.resumes == 0
 
 
-def _exhausted_message(job_id: str) -> str:
+def exhausted_message(job_id: str) -> str:
     from shared.verdicts import escalation
 
     job = parse_job(

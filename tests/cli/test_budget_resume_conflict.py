@@ -18,7 +18,7 @@ from shared.fingerprint import job_fingerprint
 from shared.job_parsing import parse_job
 from shared.streams import publish_once
 from tests.cli.support import decisions, traceback_in
-from tests.cli.test_budget_resume import BATCH, _exhausted_message, _queued
+from tests.cli.test_budget_resume import BATCH, exhausted_message, queued_ids
 from tests.support.open_escalations import open_escalations
 from tests.support.services import postgres_schema, redis_database, redis_url
 from worker.ledger import Ledger
@@ -51,7 +51,7 @@ def test_a_resume_a_deadlock_aborts_is_run_again_and_completes(tmp_path: Path) -
         ledger = _exhausted(url)
         for job_id in JOBS:
             publish_once(r, stream="r", job_id=job_id, message_type="escalation",
-                         message_json=_exhausted_message(job_id), escalation=True)
+                         message_json=exhausted_message(job_id), escalation=True)
         queue = EscalationQueue(r)
         assert len(open_escalations(queue)) == 2
         # Another transaction (slow to detect deadlocks) locks b-two, waits until the
@@ -89,7 +89,7 @@ def test_a_resume_a_deadlock_aborts_is_run_again_and_completes(tmp_path: Path) -
         assert traceback_in(done.output) is None, done.output
         assert done.code == 0, done.output
         assert "resumed 2 job(s)" in done.stdout, done.output
-        assert _queued(r) == sorted(JOBS)
+        assert queued_ids(r) == sorted(JOBS)
         assert open_escalations(queue) == []
         rows = [ledger.get_job(j) for j in JOBS]
         assert all(row is not None and not row.finished and row.resumes == 1 for row in rows)
