@@ -229,6 +229,13 @@ def disarm(headers: dict[str, Any]) -> None:
         headers["stamped_headers"] = None
     if headers.get("stamps") is not None and not isinstance(headers["stamps"], dict):
         headers["stamps"] = None
+    retries = headers.get("retries")
+    if "retries" in headers and not (
+        isinstance(retries, int) and not isinstance(retries, bool) and retries >= 0
+    ):
+        # Celery's retry adds one to it and its backoff raises two to it: "1" or null made
+        # the retry of an outage raise instead (a round three item, found by reading).
+        headers["retries"] = 0
 
 
 def contain(
