@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy import event, exc
 from sqlalchemy.engine import Engine
 from structlog.testing import capture_logs
@@ -120,6 +121,44 @@ def test_a_conflict_is_run_again_after_a_short_jittered_pause(pauses: list[float
     ]
     assert all(e["log_level"] == "warning" and e["operation"] == "group commit" for e in logs)
     assert [e["attempt"] for e in logs] == [1, 2]
+
+
+def conflicts_counted(sqlstate: str, retried: str) -> float:
+    sample = REGISTRY.get_sample_value(
+        "decisions_ledger_conflicts_total", {"sqlstate": sqlstate, "retried": retried}
+    )
+    return sample or 0.0
+
+
+def test_every_aborted_try_is_counted_by_sqlstate_and_whether_it_was_run_again(
+    pauses: list[float],
+) -> None:
+    # An operator sees conflicts on the metrics endpoint, not only in WARNING lines: a rate
+    # of them says two workers' batches keep crossing; one given up says a job waits.
+    before = {
+        (s, r): conflicts_counted(s, r) for s in ("40P01", "40001") for r in ("yes", "no")
+    }
+    tries = iter([conflict_of("40P01"), conflict_of("40001"), None])
+
+    def attempt() -> None:
+        error = next(tries)
+        if error is not None:
+            raise error
+
+    conflicts.retry_conflicts(attempt, operation="group commit")
+
+    def always() -> None:
+        raise conflict_of("40P01")
+
+    with pytest.raises(LedgerConflict):
+        conflicts.retry_conflicts(always, operation="claim")
+    after = {key: conflicts_counted(*key) - value for key, value in before.items()}
+    assert after == {
+        ("40P01", "yes"): 1 + conflicts.CONFLICT_TRIES - 1,
+        ("40P01", "no"): 1,
+        ("40001", "yes"): 1,
+        ("40001", "no"): 0,
+    }
 
 
 def test_the_pauses_are_jittered() -> None:

@@ -11,7 +11,9 @@ in moments: the same writes run again go through, and see what the other committ
 it made is read back as not fresh, never made twice; a terminal message it stored wins). So
 the ledger runs the transaction again itself, from its beginning, at most ``CONFLICT_TRIES``
 times in all, after a short pause with jitter (two transactions aborted together must not
-meet again in step), and says so in a WARNING ``ledger.conflict`` line with its SQLSTATE.
+meet again in step), and says so in a WARNING ``ledger.conflict`` line with its SQLSTATE and in
+``decisions_ledger_conflicts_total{sqlstate, retried}`` (each aborted try: ``retried="yes"``
+when it is run again, ``"no"`` when it was the last).
 Held as an outage instead, the batch's claims failed "ledger unavailable" and their jobs
 waited out the task's retry with backoff.
 
@@ -84,12 +86,26 @@ def retry_conflicts(attempt: Callable[[], T], *, operation: str) -> T:
                 retrying=retrying,
                 error=str(conflict),
             )
+            _count(conflict.sqlstate, retrying)
             if not retrying:
                 raise LedgerConflict(
                     f"{conflict}; still so after {tried} tries", conflict.sqlstate
                 ) from conflict
             time.sleep(conflict_pause(tried))
             tried += 1
+
+
+def _count(sqlstate: str, retrying: bool) -> None:
+    try:
+        # Imported here: the metrics package is the worker's (prometheus-client the optional
+        # [metrics] extra); the ledger is a library too.
+        from worker.observability.metrics.families import families
+
+        families().ledger_conflicts.labels(
+            sqlstate=sqlstate, retried="yes" if retrying else "no"
+        ).inc()
+    except Exception:  # a metrics failure must never fail the write it counts
+        log.debug("metrics.unavailable", exc_info=True)
 
 
 def conflicts_retried(method: Callable[P, T]) -> Callable[P, T]:

@@ -37,6 +37,7 @@ class Families:
     rate_limited: Counter
     poison: Counter
     ledger_unavailable: Counter
+    ledger_conflicts: Counter
     group_commits: Counter
     group_commit_writes: Counter
 
@@ -139,6 +140,13 @@ def families() -> Families:
             "decisions_ledger_unavailable_total",
             "Ledger writes that failed because the database was unreachable, locked or full",
             ["dialect"],
+        ),
+        ledger_conflicts=Counter(
+            "decisions_ledger_conflicts_total",
+            "Ledger transactions PostgreSQL aborted for a conflict with another (a deadlock, "
+            "40P01, or a serialization failure, 40001), by whether they were run again "
+            "(retried=no: the last try, then handled as an outage)",
+            ["sqlstate", "retried"],
         ),
         group_commits=Counter(
             "decisions_group_commit_transactions_total",
