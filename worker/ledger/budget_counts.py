@@ -13,6 +13,7 @@ from typing import Any, Final
 from sqlalchemy import func, literal, not_, select, update
 from sqlalchemy.engine import Connection
 
+from worker.ledger.budget_scopes import SEPARATOR, scope_token
 from worker.ledger.models import calls, jobs
 from worker.ledger.rows import SENT_STATUSES
 
@@ -37,8 +38,8 @@ def batch_calls(batch: str) -> Any:
 
 def not_under(scope: str) -> Any:
     """Calls not brought or reserved under ``scope`` (not one of their scopes)."""
-    padded = literal(" ") + func.coalesce(calls.c.budget_scopes, "") + literal(" ")
-    return not_(padded.contains(f" {scope} ", autoescape=True))
+    padded = literal(SEPARATOR) + func.coalesce(calls.c.budget_scopes, "") + literal(SEPARATOR)
+    return not_(padded.contains(f"{SEPARATOR}{scope_token(scope)}{SEPARATOR}", autoescape=True))
 
 
 def spent_so_far(conn: Connection, batch: str, *, outside: str | None = None) -> float:
@@ -99,7 +100,9 @@ def bring_in_flight(conn: Connection, scope: str, which: Any) -> float:
         update(calls)
         .where(which & (calls.c.status == "claimed"))
         .values(
-            budget_scopes=func.trim(func.coalesce(calls.c.budget_scopes, "") + " " + scope),
+            budget_scopes=func.trim(
+                func.coalesce(calls.c.budget_scopes, "") + SEPARATOR + scope_token(scope)
+            ),
             reserved_usd=func.coalesce(calls.c.reserved_usd, 0.0),
         )
         .returning(calls.c.reserved_usd)

@@ -45,6 +45,7 @@ from worker.ledger.budget_counts import (
     spent_so_far,
     spent_that_day,
 )
+from worker.ledger.budget_scopes import scopes_of, scopes_text
 from worker.ledger.errors import OverBudget
 from worker.ledger.models import budgets, jobs
 from worker.ledger.rows import BudgetAsk, BudgetRefusal, CallRow, JobRow
@@ -128,7 +129,7 @@ class Reservation:
 
     @property
     def scopes_text(self) -> str:
-        return " ".join(self.scopes)
+        return scopes_text(self.scopes)
 
 
 def charge(status: str, cost_usd: float | None, reserved_usd: float) -> float:
@@ -317,7 +318,7 @@ def settle(conn: Connection, settled: Iterable[CallRow], now: datetime) -> None:
                 reserved_usd=call.reserved_usd,
                 cost_usd=call.cost_usd,
             )
-        for scope in call.budget_scopes.split():
+        for scope in scopes_of(call.budget_scopes):
             deltas[scope] += held - call.reserved_usd
     params = [
         {"b_scope": scope, "b_amount": round(delta, _DIGITS), "b_now": now}

@@ -13,6 +13,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
 from worker.ledger.budget_ops import BATCH_PREFIX, EXHAUSTED, read_budget
+from worker.ledger.budget_scopes import SEPARATOR, scope_token
 from worker.ledger.models import budgets, calls, jobs
 from worker.ledger.rows import SENT_STATUSES, BudgetStatus
 
@@ -20,9 +21,9 @@ __all__ = ["budget_status", "live_budgets"]
 
 
 def _covers(scope: str) -> ColumnElement[bool]:
-    """Calls reserved against ``scope`` (one of their space-separated scopes)."""
-    padded = literal(" ") + calls.c.budget_scopes + literal(" ")
-    return padded.contains(f" {scope} ", autoescape=True)
+    """Calls reserved against ``scope`` (one of their scopes' tokens, ``budget_scopes``)."""
+    padded = literal(SEPARATOR) + calls.c.budget_scopes + literal(SEPARATOR)
+    return padded.contains(f"{SEPARATOR}{scope_token(scope)}{SEPARATOR}", autoescape=True)
 
 
 def budget_status(conn: Connection, scope: str) -> BudgetStatus | None:
