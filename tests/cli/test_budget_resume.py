@@ -52,7 +52,7 @@ def _exhausted_batch(url: str, *, reopened: bool = False) -> Ledger:
                 sa.text(
                     "UPDATE jobs SET terminal_type = 'escalation', "
                     "terminal_reason = 'budget_exhausted', terminal_message = '{}', "
-                    "finished_at = created_at"
+                    "finished_at = created_at, published_at = created_at"
                 )
             )
         cut = sa.text("UPDATE jobs SET job_json = '{trunc' WHERE job_id = :j")

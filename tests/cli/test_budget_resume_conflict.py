@@ -42,7 +42,7 @@ def _exhausted(url: str) -> Ledger:
     with ledger.engine.begin() as conn:
         conn.execute(sa.text(
             "UPDATE jobs SET terminal_type = 'escalation', terminal_reason = 'budget_exhausted',"
-            " terminal_message = '{}', finished_at = created_at"))
+            " terminal_message = '{}', finished_at = created_at, published_at = created_at"))
     return ledger
 
 

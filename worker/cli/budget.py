@@ -180,15 +180,22 @@ def resume(batch: str = BATCH) -> None:
     # A job's escalation leaves the queue before the job is reopened, in one step with the
     # check that no reviewer resolved it (``shared.escalation_withdrawal``): resolved after
     # the resume, it would publish a resolution for a job that also gets the resumed run's
-    # terminal message. Only jobs whose stored job reads are withdrawn: the others stay as
-    # they are, escalation included.
-    stored = (ledger.get_job(job_id) for job_id in exhausted)
-    candidates = [row.job_id for row in stored if row is not None and readable(row)]
+    # terminal message. Only the jobs withdrawn are reopened (found by an attack: a job that
+    # escalated during the resume was reopened with its escalation still open), and only
+    # jobs whose escalation is published can be (a worker writes the ledger, then publishes:
+    # withdrawn before its entry came, the entry would come after). A resolution the ledger
+    # stored keeps a job as it is though Redis lost its record. Only jobs whose stored job
+    # reads are withdrawn: the others stay as they are, escalation included.
+    stored = [row for row in map(ledger.get_job, exhausted) if row is not None]
+    known = {row.job_id for row in stored if ledger.resolved(row.job_id)}
+    candidates = [
+        row.job_id
+        for row in stored
+        if row.published_at is not None and row.job_id not in known and readable(row)
+    ]
     withdrawal = withdraw_escalations(streams, candidates)
-    resolved = frozenset(withdrawal.resolved)
-    rows = ledger.reopen_exhausted(
-        batch, exclude=frozenset(exhausted) - withdrawal.withdrawn, keep=readable
-    )
+    resolved = frozenset(withdrawal.resolved) | known
+    rows = ledger.reopen_exhausted(batch, only=frozenset(withdrawal.withdrawn), keep=readable)
     for job_id, why in sorted(unreadable.items()):
         err_console.print(
             f"{job_id}: left as it is, its stored job cannot be read ({why})",
@@ -210,6 +217,14 @@ def resume(batch: str = BATCH) -> None:
         highlight=False,
         markup=False,  # the batch is a producer's name: "b[/]" is text, not markup
     )
+    left = set(ledger.exhausted_jobs(batch)) - resolved - set(unreadable)
+    if left:
+        console.print(
+            f"{len(left)} job(s) escalated budget_exhausted during this resume, or their "
+            f"escalation is still being published: run it again in a moment to resume them",
+            highlight=False,
+            markup=False,
+        )
     if unreadable:
         raise typer.Exit(1)
 

@@ -341,16 +341,17 @@ def reopen_exhausted(
     batch: str,
     now: datetime,
     *,
-    exclude: frozenset[str] = frozenset(),
+    only: frozenset[str] | None = None,
     keep: Callable[[JobRow], bool] | None = None,
 ) -> list[JobRow]:
     """Reopen the batch's jobs that escalated ``budget_exhausted`` (nothing was sent for
     them), so that running them again may send; with the jobs reopened before and not
     finished yet (a resume interrupted before it enqueued them). Each keeps its id and
-    content; its deadline is moved to now plus the time it was given at first. Jobs in
-    ``exclude`` (resolved by a reviewer meanwhile), and those ``keep`` refuses (their
-    stored job cannot be submitted again: reopened, they would wait for a run that never
-    comes), are left as they are."""
+    content; its deadline is moved to now plus the time it was given at first. Of the
+    escalated ones, only those in ``only`` when given (their escalations were withdrawn
+    from the reviewers' queue: one escalated since, or resolved by a reviewer, is not);
+    jobs ``keep`` refuses (their stored job cannot be submitted again: reopened, they
+    would wait for a run that never comes) are left as they are."""
     stmt = (
         select(jobs)
         .where(
@@ -366,7 +367,9 @@ def reopen_exhausted(
     reopened: list[JobRow] = []
     for found in conn.execute(stmt).all():
         row = JobRow(**found._mapping)
-        if row.job_id in exclude or (keep is not None and not keep(row)):
+        if row.finished and only is not None and row.job_id not in only:
+            continue
+        if keep is not None and not keep(row):
             continue
         if not row.finished:
             reopened.append(row)

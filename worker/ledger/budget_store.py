@@ -102,11 +102,11 @@ class BudgetMethods:
         self,
         batch: str,
         *,
-        exclude: frozenset[str] = frozenset(),
+        only: frozenset[str] | None = None,
         keep: Callable[[JobRow], bool] | None = None,
     ) -> list[JobRow]:
         """Reopen the batch's jobs escalated ``budget_exhausted`` (and those reopened before
-        and not finished yet), but those in ``exclude`` or that ``keep`` refuses, for
-        ``decisions budget resume``."""
+        and not finished yet); of the escalated, only those in ``only`` when given; none
+        that ``keep`` refuses. For ``decisions budget resume``."""
         with self.transaction() as conn:
-            return budget_ops.reopen_exhausted(conn, batch, self.now(), exclude=exclude, keep=keep)
+            return budget_ops.reopen_exhausted(conn, batch, self.now(), only=only, keep=keep)
