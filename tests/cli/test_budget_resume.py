@@ -33,17 +33,7 @@ def _exhausted_batch(url: str, *, reopened: bool = False) -> Ledger:
     ledger = Ledger(url)
     ledger.migrate()
     for job_id in (POISON, GOOD):
-        job = parse_job(
-            {
-                "id": job_id, "batch": BATCH, "reply_to": "r", "state": "s",
-                "questions": {"q": {"type": "noul", "instructions": "Urgent?"}},
-            }
-        )  # fmt: skip
-        ledger.open_job(
-            job_id=job_id, kind="decide", batch=BATCH, reply_to="r",
-            fingerprint=job_fingerprint(job), deadline=datetime.now(UTC) + timedelta(60),
-            job_json=job.model_dump_json(),
-        )  # fmt: skip
+        open_batch_job(ledger, job_id)
     with ledger.engine.begin() as conn:
         if reopened:
             conn.execute(sa.text("UPDATE jobs SET resumes = 1"))
@@ -58,6 +48,21 @@ def _exhausted_batch(url: str, *, reopened: bool = False) -> Ledger:
         cut = sa.text("UPDATE jobs SET job_json = '{trunc' WHERE job_id = :j")
         conn.execute(cut, {"j": POISON})
     return ledger
+
+
+def open_batch_job(ledger: Ledger, job_id: str) -> None:
+    """Open a decide job of ``BATCH`` as a worker would, its job stored whole."""
+    job = parse_job(
+        {
+            "id": job_id, "batch": BATCH, "reply_to": "r", "state": "s",
+            "questions": {"q": {"type": "noul", "instructions": "Urgent?"}},
+        }
+    )  # fmt: skip
+    ledger.open_job(
+        job_id=job_id, kind="decide", batch=BATCH, reply_to="r",
+        fingerprint=job_fingerprint(job), deadline=datetime.now(UTC) + timedelta(60),
+        job_json=job.model_dump_json(),
+    )  # fmt: skip
 
 
 def queued_ids(r: redis.Redis) -> list[str]:

@@ -7,18 +7,15 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
 from shared.escalations import EscalationQueue
-from shared.fingerprint import job_fingerprint
-from shared.job_parsing import parse_job
 from shared.streams import publish_once
 from tests.cli.support import decisions, traceback_in
-from tests.cli.test_budget_resume import BATCH, exhausted_message, queued_ids
+from tests.cli.test_budget_resume import BATCH, exhausted_message, open_batch_job, queued_ids
 from tests.support.open_escalations import open_escalations
 from tests.support.services import postgres_schema, redis_database, redis_url
 from worker.ledger import Ledger
@@ -33,12 +30,7 @@ def _exhausted(url: str) -> Ledger:
     ledger = Ledger(url)
     ledger.migrate()
     for job_id in JOBS:
-        job = parse_job({"id": job_id, "batch": BATCH, "reply_to": "r", "state": "s",
-                         "questions": {"q": {"type": "noul", "instructions": "Urgent?"}}})
-        ledger.open_job(job_id=job_id, kind="decide", batch=BATCH, reply_to="r",
-                        fingerprint=job_fingerprint(job),
-                        deadline=datetime.now(UTC) + timedelta(60),
-                        job_json=job.model_dump_json())
+        open_batch_job(ledger, job_id)
     with ledger.engine.begin() as conn:
         conn.execute(sa.text(
             "UPDATE jobs SET terminal_type = 'escalation', terminal_reason = 'budget_exhausted',"

@@ -16,7 +16,7 @@ worker would between the resume's read and its reopen.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +27,9 @@ from typer.testing import CliRunner
 
 from shared import keys
 from shared.escalations import EscalationQueue
-from shared.fingerprint import job_fingerprint
-from shared.job_parsing import parse_job
 from shared.settings import get_settings
 from shared.streams import publish_once
-from tests.cli.test_budget_resume import BATCH, exhausted_message, queued_ids
+from tests.cli.test_budget_resume import BATCH, exhausted_message, open_batch_job, queued_ids
 from tests.support.open_escalations import open_escalations
 from tests.support.services import redis_database, redis_url
 from worker.cli import app
@@ -59,20 +57,6 @@ def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ledger]:
 def r() -> Iterator[redis.Redis]:
     with redis_database(REDIS_DB) as client:
         yield client
-
-
-def open_job(ledger: Ledger, job_id: str) -> None:
-    job = parse_job(
-        {
-            "id": job_id, "batch": BATCH, "reply_to": "r", "state": "s",
-            "questions": {"q": {"type": "noul", "instructions": "Urgent?"}},
-        }
-    )  # fmt: skip
-    ledger.open_job(
-        job_id=job_id, kind="decide", batch=BATCH, reply_to="r",
-        fingerprint=job_fingerprint(job), deadline=datetime.now(UTC) + timedelta(60),
-        job_json=job.model_dump_json(),
-    )  # fmt: skip
 
 
 def exhaust(ledger: Ledger, job_id: str, *, published: bool) -> None:
@@ -122,7 +106,7 @@ def test_a_job_that_escalates_during_the_resume_keeps_its_escalation_and_waits(
     ledger: Ledger, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for job_id in ("a-first", "b-late"):
-        open_job(ledger, job_id)
+        open_batch_job(ledger, job_id)
     exhaust(ledger, "a-first", published=True)
     publish(r, "a-first")
 
@@ -152,7 +136,7 @@ def test_a_job_that_escalates_during_the_resume_keeps_its_escalation_and_waits(
 def test_a_job_whose_escalation_is_not_yet_published_is_left_for_the_next_resume(
     ledger: Ledger, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    open_job(ledger, "a-slow")
+    open_batch_job(ledger, "a-slow")
     exhaust(ledger, "a-slow", published=False)  # written; the worker's publish comes after
     during_withdrawal(monkeypatch, lambda: publish(r, "a-slow"))
     said = resume()
@@ -166,7 +150,7 @@ def test_a_job_whose_escalation_is_not_yet_published_is_left_for_the_next_resume
 def test_a_resolution_the_ledger_knows_keeps_the_job_from_running_again(
     ledger: Ledger, r: redis.Redis
 ) -> None:
-    open_job(ledger, "a-done")
+    open_batch_job(ledger, "a-done")
     exhaust(ledger, "a-done", published=True)
     publish(r, "a-done")
     queue = EscalationQueue(r)
