@@ -51,6 +51,7 @@ __all__ = [
     "json_output",
     "mark_secret",
     "mask_url",
+    "mask_urls",
     "remove_secrets",
     "scrub_text",
     "secret_forms",
@@ -129,11 +130,12 @@ def _first(text: str, stops: str) -> int:
     return min(found) if found else len(text)
 
 
-def mask_url(url: str) -> str:
+def mask_url(url: str, *, keep_user: bool = False) -> str:
     """``url`` with its password (and sensitive query values) shown as ``***``: for reprs.
 
     ``redis://:pw@host:6379/0`` → ``redis://:***@host:6379/0``; a userinfo without a colon
-    may be a token (``https://TOKEN@host``) and is masked whole.
+    may be a token (``https://TOKEN@host``) and is masked whole, unless ``keep_user`` (a
+    database's or broker's URL, ``postgresql://postgres@host``: a user name).
     """
     match = _URL_START.match(url)
     if match is None:
@@ -142,11 +144,31 @@ def mask_url(url: str) -> str:
     authority = host
     if userinfo is not None:
         user = userinfo.split(":", 1)[0] if ":" in userinfo else None
-        authority = f"{user}:{MASK}@{host}" if user is not None else f"{MASK}@{host}"
+        if user is not None:
+            authority = f"{user}:{MASK}@{host}"
+        else:
+            authority = f"{userinfo if keep_user else MASK}@{host}"
     if "?" in tail:
         path, query = tail.split("?", 1)
         tail = f"{path}?" + _QUERY_PAIR.sub(_mask_pair, query)
     return f"{match['scheme']}{authority}{tail}"
+
+
+def mask_urls(text: str) -> str:
+    """Every URL in ``text`` through ``mask_url``, its user name kept when its scheme is not
+    HTTP's: for lines naming servers (``postgresql://postgres@host/db?password=***``).
+
+    libpq and redis-py take a password in the query as well as in the userinfo; found by an
+    attack, only the latter was hidden. Sentence punctuation after a URL stays outside it."""
+    if "://" not in text:
+        return text
+    return _URL_IN_TEXT.sub(_masked_in_text, text)
+
+
+def _masked_in_text(match: re.Match[str]) -> str:
+    url = match[0].rstrip(".,;:!")
+    keep_user = not url.lower().startswith(("http://", "https://"))
+    return mask_url(url, keep_user=keep_user) + match[0][len(url) :]
 
 
 def _mask_pair(match: re.Match[str]) -> str:

@@ -30,6 +30,7 @@ from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from shared.errors import LedgerError
+from shared.scrub import mask_urls
 from worker.ledger.errors import (
     LedgerConflict,
     LedgerUnavailable,
@@ -91,8 +92,9 @@ _OVER_LIMIT_NAMES: Final = {
 
 
 def describe_url(url: str | URL) -> str:
-    """The URL as it may appear in logs and messages: the password hidden."""
-    return make_url(url).render_as_string(hide_password=True)
+    """The URL as it may appear in logs and messages: the password hidden, in the userinfo
+    or in the query (libpq takes ``?password=``)."""
+    return mask_urls(make_url(url).render_as_string(hide_password=True))
 
 
 def make_engine(url: str | URL, *, busy_timeout_s: float = 5.0, echo: bool = False) -> Engine:

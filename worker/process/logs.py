@@ -20,6 +20,8 @@ from typing import Any, Literal, TextIO
 
 import structlog
 
+from shared.scrub import mask_urls
+
 __all__ = [
     "SAYS_ITSELF",
     "LogFormat",
@@ -67,8 +69,9 @@ def resolve_format(fmt: LogFormat, stream: TextIO | None = None) -> Literal["jso
 
 
 def mask_passwords(value: str) -> str:
-    """``scheme://user:secret@host`` anywhere in ``value`` becomes ``scheme://user:***@host``."""
-    return _URL_PASSWORD.sub(r"\1***@", value)
+    """``scheme://user:secret@host`` anywhere in ``value`` becomes ``scheme://user:***@host``,
+    and a password in a URL's query (``?password=``, which libpq and redis-py take) ``***``."""
+    return mask_urls(_URL_PASSWORD.sub(r"\1***@", value))
 
 
 def add_process(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> Any:
@@ -89,10 +92,10 @@ def redact(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> 
             event_dict[name] = REDACTED
             continue
         value = event_dict[name]
-        if isinstance(value, str) and "@" in value:
+        if isinstance(value, str) and ("@" in value or "://" in value):
             event_dict[name] = mask_passwords(value)
     event = event_dict.get("event")
-    if isinstance(event, str) and "@" in event:
+    if isinstance(event, str) and ("@" in event or "://" in event):
         event_dict["event"] = mask_passwords(event)
     return event_dict
 
