@@ -18,6 +18,7 @@ from typing import Any
 import redis
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from shared import strict_json
 from shared.client import Client
@@ -115,7 +116,8 @@ def _show(status: BudgetStatus | None, batch: str, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(budget_json(status), indent=2, sort_keys=True))
         return
-    table = Table(title=f"budget - batch {batch}")
+    # Text, not markup: the batch is a producer's name ("[/]" ended the command).
+    table = Table(title=Text(f"budget - batch {batch}"))
     table.add_column("what")
     table.add_column("USD", justify="right")
     add_budget_rows(table, status)
@@ -163,6 +165,7 @@ def resume(batch: str = BATCH) -> None:
             f"budget of batch {batch} has nothing left ({_usd(status.left_usd)}): raise it "
             f"first with `decisions budget set {batch} USD`",
             highlight=False,
+            markup=False,
         )
         raise typer.Exit(1)
     # Each job is read before the reopen commits: one that cannot be read stays as it is.

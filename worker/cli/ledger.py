@@ -66,7 +66,8 @@ def status(
             body["budget"] = budget_json(budget)
         typer.echo(json.dumps(body, indent=2, sort_keys=True, default=str))
         return
-    table = Table(title=f"ledger{f' - batch {batch}' if batch else ''}")
+    # Text, not markup: the batch is a producer's name ("[/]" ended the command).
+    table = Table(title=Text(f"ledger{f' - batch {batch}' if batch else ''}"))
     table.add_column("what")
     table.add_column("count", justify="right")
     table.add_row("jobs", str(figures.jobs_total))
