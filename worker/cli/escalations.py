@@ -29,9 +29,11 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from shared import json_measure
 from shared.errors import EscalationNotFound, PublishFailed, ResolutionInvalid
 from shared.escalation_listing import list_open
 from shared.escalations import EscalationQueue, OpenEscalation
+from shared.limits import current_limits
 from shared.settings import get_settings
 from shared.visible_text import visible
 from worker.cli.option_values import identifier, name, reviewer
@@ -289,11 +291,22 @@ def _read_answer(answer: str | None, answer_file: Path | None) -> object:
         text = sys.stdin.read()
     else:
         text = str(answer)
+    problem: str | None
     try:
-        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
+        parsed = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
+    except RecursionError:  # "[[[[...": json's decoder recurses once a level
+        parsed, problem = None, "is not JSON: nested too deep to read"
     except ValueError as exc:
-        err_console.print(Text(f"{visible(where)} is not JSON: {visible(str(exc))}", "red"))
+        parsed, problem = None, f"is not JSON: {exc}"
+    else:
+        # As deep as a job may be, no deeper (as ``decisions submit`` and the console):
+        # deeper, checking or publishing it would recurse past Python's limit.
+        found = json_measure.measure(parsed, max_depth=current_limits().depth)
+        problem = None if found.problem is None else found.problem[1]
+    if problem is not None:
+        err_console.print(Text(f"{visible(where)} {visible(problem)}", "red"))
         raise typer.Exit(2) from None
+    return parsed
 
 
 def _no_constant(name: str) -> object:
