@@ -11,9 +11,14 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
-__all__ = ["LedgerText", "no_control_characters"]
+__all__ = ["LedgerText", "has_control_character", "no_control_characters"]
 
 _CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def has_control_character(value: str) -> bool:
+    """Whether ``value`` could not be a ``LedgerText`` (a name no job can have)."""
+    return _CONTROL_CHARACTER.search(value) is not None
 
 
 def no_control_characters(value: str) -> str:

@@ -26,7 +26,7 @@ from shared.streams import read_stream
 from tests.console.server import NO_USERS_FILE, Visitor, console_env
 from tests.console.support import REDIS_DB, REPLIES, publish, refused_escalation
 from tests.support.open_escalations import open_escalations
-from tests.support.services import free_port, redis_database, redis_url
+from tests.support.services import free_port, postgres_schema, redis_database, redis_url
 from worker.console import create_app
 from worker.console.headers import CONTENT_SECURITY_POLICY
 from worker.ledger import Ledger
@@ -36,8 +36,10 @@ pytestmark = pytest.mark.integration
 RLO, PDF, LRI, PDI = "\u202e", "\u202c", "\u2066", "\u2069"
 
 
-def _app(where: Path, *, queue: EscalationQueue | None = None) -> Starlette:
-    ledger_url = f"sqlite:///{where / 'ledger.db'}"
+def _app(
+    where: Path, *, queue: EscalationQueue | None = None, ledger_url: str | None = None
+) -> Starlette:
+    ledger_url = ledger_url or f"sqlite:///{where / 'ledger.db'}"
     with Ledger(ledger_url) as ledger:
         ledger.migrate()
     users = json.loads(console_env(REDIS_DB, ledger_url)["DECISIONS_CONSOLE_USERS"])
@@ -143,3 +145,28 @@ def test_bidi_controls_in_an_escalation_are_shown_not_obeyed(
         assert done.status_code == 303, done.text[-2000:]
     [resolution] = [e for e in read_stream(r, REPLIES) if e.type == "resolution"]
     assert json.loads(resolution.message)["answer"]["team"] == f"{RLO}gnillib"
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "status"),
+    [
+        ("/batches/view", {"batch": "\x00"}, 404),
+        ("/batches/view", {"batch": "b\x00x"}, 404),
+        ("/calibration", {"question": "\x00", "since": "-1d"}, 400),
+        ("/calibration", {"batch": "a\x1fb"}, 400),
+        ("/calibration", {"model": "m\x00"}, 400),
+    ],
+)
+def test_a_control_character_in_a_query_is_a_bad_name_not_a_ledger_outage(
+    tmp_path: Path, r: redis.Redis, path: str, params: dict[str, str], status: int
+) -> None:
+    """Found by an attack: PostgreSQL refuses a NUL in a text parameter (DataError), which the
+    pages took for an outage: 503 "Ledger unavailable", and no log line; an operator would
+    chase an outage that is not there. No name in the ledger holds a control character."""
+    with postgres_schema("console_nul") as url, _visiting(
+        _app(tmp_path, ledger_url=url), "ann"
+    ) as visitor:
+        page = visitor.get(path, **params)
+    assert page.status_code == status, page.text[:300]
+    assert "Ledger unavailable" not in page.text
+    assert "control character" in page.text

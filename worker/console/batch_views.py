@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import redis
+import structlog
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import Request
 from starlette.responses import Response
@@ -12,6 +13,7 @@ from starlette.responses import Response
 from shared.audit import batch_audit
 from shared.errors import LedgerError
 from shared.escalation_listing import list_open
+from shared.ledger_text import has_control_character
 from shared.submit_rejections import submit_rejections
 from worker.console.auth import Login
 from worker.console.chart import progress_chart
@@ -19,6 +21,8 @@ from worker.console.figures import batch_report, list_batches
 from worker.console.web import page, render, state_of
 
 __all__ = ["batch_detail", "batch_list"]
+
+log = structlog.get_logger("decisions.console")
 
 #: The batch page reloads itself (no script needed) so a running batch is seen moving.
 REFRESH_S = 10
@@ -43,6 +47,16 @@ def batch_detail(request: Request, login: Login) -> Response:
     batch = request.query_params.get("batch", "")
     if not batch:
         return render(request, "error.html", status=404, title="No batch", message="Name a batch.")
+    if has_control_character(batch):
+        # No batch is named so (jobs refuse it), and PostgreSQL refuses a NUL parameter: a
+        # DataError that read as an outage (found by an attack).
+        return render(
+            request,
+            "error.html",
+            status=404,
+            title="No such batch",
+            message="A batch's name holds no control character.",
+        )
     state = state_of(request)
     try:
         report = batch_report(state.ledger, batch, datetime.now(UTC))
@@ -87,6 +101,7 @@ def _at_submit(client: redis.Redis, batch: str) -> int | None:
 
 def _ledger_down(request: Request, exc: Exception) -> Response:
     # The class name only: a driver's message can carry a connection string.
+    log.warning("console.ledger_unavailable", path=request.url.path, error=type(exc).__name__)
     return render(
         request,
         "error.html",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 
 import redis
+import structlog
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import Request
 from starlette.responses import Response
@@ -18,6 +19,7 @@ from starlette.responses import Response
 from shared.errors import LedgerError
 from shared.escalation_listing import list_open
 from shared.labels import AUDIT_REASON
+from shared.ledger_text import has_control_character
 from worker.calibration import group_reports, store_label_stream
 from worker.console.auth import Login
 from worker.console.reliability import reliability_diagram
@@ -25,6 +27,8 @@ from worker.console.web import page, render, state_of
 from worker.ledger.label_ops import LabelFilter
 
 __all__ = ["calibration_page"]
+
+log = structlog.get_logger("decisions.console")
 
 #: The trade-off rows the page shows (the CLI shows every candidate).
 _SHOWN = (0.0, 0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.97, 0.99)
@@ -48,12 +52,25 @@ def calibration_page(request: Request, login: Login) -> Response:
         question=query.get("question") or None,
         model=query.get("model") or None,
     )
+    named = {"batch": where.batch, "question": where.question, "model": where.model}
+    bad = sorted(name for name, value in named.items() if value and has_control_character(value))
+    if bad:
+        # No label is named so, and PostgreSQL refuses a NUL parameter: a DataError that read
+        # as an outage (found by an attack).
+        return render(
+            request,
+            "error.html",
+            status=400,
+            title="No such filter",
+            message=f"{', '.join(bad)}: a name holds no control character.",
+        )
     try:
         # Redis away: the stored labels are shown, the waiting ones next time.
         with contextlib.suppress(redis.RedisError):
             store_label_stream(state.ledger, state.queue.redis)
         groups = group_reports(state.ledger.labels(where), target=target)
     except (LedgerError, SQLAlchemyError) as exc:
+        log.warning("console.ledger_unavailable", path=request.url.path, error=type(exc).__name__)
         return render(
             request,
             "error.html",
