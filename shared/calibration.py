@@ -45,13 +45,16 @@ Kish's errs wide when the heavy (audited) labels are the more accurate: the safe
 ``suggest`` picks the lowest candidate threshold whose rest-accuracy (estimate, or the
 interval's lower bound with ``rule="lower"``) reaches the target at it and at every higher
 candidate that keeps enough labels; it refuses, naming why, when the labels are too few.
+Never below the lowest confidence a label measured (``lowest_confidence``): below it every
+candidate has the same rest, so when the labels are all right the "lowest" was 0, and
+answers less confident than any label ever saw were delivered on no evidence.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 from typing import Final, Literal
 
@@ -74,6 +77,7 @@ __all__ = [
     "effective_size",
     "effective_text",
     "expected_calibration_error",
+    "lowest_confidence",
     "reliability",
     "report",
     "suggest",
@@ -280,6 +284,12 @@ def threshold_table(
     return rows
 
 
+def lowest_confidence(labels: Iterable[Scored]) -> float | None:
+    """The lowest confidence among ``labels`` (None if none has one): below it the labels
+    measured nothing. A missing confidence is not a measurement (it escalates at any floor)."""
+    return min((s.confidence for s in labels if s.confidence is not None), default=None)
+
+
 @dataclass(frozen=True)
 class Suggestion:
     """A suggested ``escalate_below`` for a target accuracy, or why there is none."""
@@ -298,12 +308,16 @@ def suggest(
     labels: float,
     min_labels: float = DEFAULT_MIN_LABELS,
     rule: Rule = "estimate",
+    lowest: float | None = None,
 ) -> Suggestion:
     """The lowest threshold of ``table`` whose rest-accuracy reaches ``target`` there and at
-    every higher threshold that keeps ``min_labels`` (effective) labels on its rest side.
+    every higher threshold that keeps ``min_labels`` (effective) labels on its rest side,
+    raised to ``lowest`` when below it.
 
     ``labels``: the effective number of labels behind the table; below ``min_labels`` the
-    suggestion is refused. Refused too when no threshold reaches the target.
+    suggestion is refused. Refused too when no threshold reaches the target. ``lowest``: the
+    lowest confidence of the labels behind the table (``lowest_confidence``; ``report``
+    passes it); None leaves the table's threshold as it is.
     """
     if not 0 < target < 1:
         raise ValueError(f"target must be between 0 and 1 (exclusive), not {target}")
@@ -338,6 +352,24 @@ def suggest(
             target, None, None,
             f"no threshold reaches {target:g}: at {top.threshold:g} the rest is "
             f"{_pct(top.rest_accuracy.value)} right ({top.rest_accuracy.labels} labels)",
+            rule,
+        )
+    if lowest is not None and chosen.threshold < lowest:
+        # Every candidate at or below the lowest measured confidence has the same rest (all
+        # the labels with a confidence) and escalates the same (those without), so the chosen
+        # row's figures are exactly those of ``lowest`` itself. Exactly ``lowest``, not the
+        # grid step at or below it: answers are escalated when ``confidence < threshold``
+        # (shared.verdicts), so at ``lowest`` the least confident answer the labels measured
+        # is still delivered and anything below it, which no label speaks for, escalates; a
+        # grid step below (0.55 for a lowest of 0.57) would deliver 0.55 to 0.57 unmeasured,
+        # the step above would escalate answers the labels did measure.
+        raised = replace(chosen, threshold=lowest)
+        return Suggestion(
+            target, lowest, raised,
+            f"at {lowest!r} (the lowest confidence a label measured: no label speaks for "
+            f"answers below it) the rest is {_pct(raised.rest_accuracy.value)} right "
+            f"[{_pct(raised.rest_accuracy.low)}, {_pct(raised.rest_accuracy.high)}], "
+            f"{_pct(raised.escalated.value)} escalate",
             rule,
         )
     return Suggestion(
@@ -388,7 +420,10 @@ def report(
     rows = threshold_table(kept, thresholds, level)
     suggestion = None
     if target is not None:
-        suggestion = suggest(rows, target, labels=accuracy.n, min_labels=min_labels, rule=rule)
+        suggestion = suggest(
+            rows, target, labels=accuracy.n, min_labels=min_labels, rule=rule,
+            lowest=lowest_confidence(kept),
+        )
     return Report(
         labels=len(kept),
         effective_labels=accuracy.n,

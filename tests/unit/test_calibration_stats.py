@@ -149,6 +149,47 @@ def test_suggestion_wants_every_higher_threshold_to_reach_the_target() -> None:
     assert got.suggestion is not None and got.suggestion.threshold == 0.45
 
 
+def test_suggestion_is_never_below_the_lowest_measured_confidence() -> None:
+    # Every label right, none below 0.55: every candidate from 0.00 up has the same rest, so
+    # "the lowest that reaches the target" was 0, delivering answers no label ever measured.
+    labels = [Scored(correct=True, confidence=0.55 + (i % 40) / 100) for i in range(60)]
+    got = report(labels, target=0.95, min_labels=30)
+    assert got.suggestion is not None and got.suggestion.threshold == 0.55
+    assert got.suggestion.row is not None and got.suggestion.row.threshold == 0.55
+    assert "lowest confidence a label measured" in got.suggestion.reason
+    # Off the grid: exactly the lowest measured, not the grid step below it (0.55 would
+    # deliver 0.55 to 0.57, which no label saw) nor above it (0.6 would escalate the
+    # answers the labels did measure).
+    off = [Scored(correct=True, confidence=0.57 + (i % 40) / 100) for i in range(60)]
+    got = report(off, target=0.95, min_labels=30)
+    assert got.suggestion is not None and got.suggestion.threshold == 0.57
+    row = got.suggestion.row
+    assert row is not None and row.threshold == 0.57
+    # The row's figures are those of the threshold itself: nothing escalates, all is right.
+    assert (row.escalated.value, row.rest_accuracy.value, row.rest_accuracy.labels) == (
+        0.0, 1.0, 60
+    )
+    # A missing confidence does not count as measured (it escalates at any threshold).
+    with_none = [*off, Scored(correct=True, confidence=None)]
+    got = report(with_none, target=0.95, min_labels=30)
+    assert got.suggestion is not None and got.suggestion.threshold == 0.57
+    # The table keeps its rows (0.00 up), only the suggestion rests on measured ones.
+    assert got.thresholds[0].threshold == 0.0
+
+
+def test_a_suggestion_above_the_lowest_measured_confidence_is_unchanged() -> None:
+    labels = (
+        [Scored(correct=False, confidence=0.2)] * 20
+        + [Scored(correct=True, confidence=0.62)] * 100
+    )
+    got = report(labels, target=0.95, min_labels=30)
+    assert got.suggestion is not None and got.suggestion.threshold == 0.25
+    assert got.suggestion.reason.startswith("at 0.25 the rest is 100.0% right")
+    # A direct call without the lowest confidence keeps the grid's answer.
+    plain = suggest(threshold_table(labels), 0.95, labels=120)
+    assert plain.threshold == 0.25
+
+
 # --- large: a known calibration curve ---------------------------------------------------
 
 

@@ -249,3 +249,45 @@ def test_a_question_id_reused_with_another_type_is_another_question(tmp_path: Pa
     assert [(g.question, g.question_type, g.report.labels) for g in groups] == [
         ("urgent", "choice", 5), ("urgent", "noul", 100)
     ]
+
+
+def test_a_calibrated_threshold_is_never_below_the_lowest_measured_confidence(
+    tmp_path: Path,
+) -> None:
+    # 60 audits, all right, none below 0.55: the worker's calibrated floor was 0, so an
+    # answer at 0.05 (which no label measured) was delivered with "source: calibrated".
+    from shared.labels import Label
+
+    at = datetime.now(UTC)
+    rows = [
+        (Label(job_id=f"j{i}", question_id="urgent", question_type="noul", provider="faux",
+               model="m-1", machine_answer=True, probability=c, confidence=c,
+               human_answer=True, correct=True, reviewer="r", source="audit",
+               reason="audit"), at, None)
+        for i, c in enumerate(0.55 + (x % 40) / 100 for x in range(60))
+    ]
+    with Ledger(f"sqlite:///{tmp_path / 'l.db'}") as ledger:
+        ledger.migrate()
+        assert ledger.store_labels(rows) == 60
+        book = ThresholdBook(ledger, ttl_s=60, min_labels=30)
+        got = book.threshold(
+            "urgent", CalibratedFloor(calibrated=0.95, fallback=0.9), "faux", "m-1", "noul"
+        )
+    assert (got.source, got.value, got.labels) == ("calibrated", 0.55, 60)
+    # The lowest measured answer is still delivered, anything below it escalates.
+    escalated = [c for c in (0.05, 0.5499, 0.55, 0.9) if c < got.value]
+    assert escalated == [0.05, 0.5499]
+
+
+def test_the_cli_prints_a_raised_threshold_exactly() -> None:
+    # Raised to an off-grid lowest confidence, the suggestion must print as the floor it is:
+    # "0.551234" (the ":g" of 0.5512345) would deliver the answers between the two.
+    from shared.calibration import Scored, report
+    from worker.calibration import GroupReport
+    from worker.cli.calibration import render_group
+
+    labels = [Scored(correct=True, confidence=0.5512345 + (i % 40) / 100) for i in range(60)]
+    figures = report(labels, target=0.95, min_labels=30)
+    text = render_group(GroupReport("urgent", "faux", "m-1", "noul", figures, {"audit": 60}))
+    flat = " ".join(text.split())
+    assert "suggested escalate_below for 0.95 (estimate): 0.5512345 - at 0.5512345" in flat

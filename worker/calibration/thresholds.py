@@ -2,9 +2,10 @@
 
 The threshold is what ``decisions calibration --target T`` suggests for the question id and
 type, provider and model, once the labels are enough (``calibration_min_labels``, counted as
-Kish's effective size, never more than the labels themselves: ``shared.calibration``); the
-fallback otherwise. Suggestions are cached per (question, type, provider, model, target) for
-``calibration_ttl_s``: a decision never waits on a ledger query, except the first of its
+Kish's effective size, never more than the labels themselves: ``shared.calibration``), and
+never below the lowest confidence those labels measured (nothing speaks for answers below
+it); the fallback otherwise. Suggestions are cached per (question, type, provider, model,
+target) for ``calibration_ttl_s``: a decision never waits on a ledger query, except the first of its
 group after the cache expired, which a kind runs beforehand (``prefetch``, on a thread) so
 the event loop is not held. A ledger that cannot be read, or labels whose figures cannot be
 computed, give the fallback (logged once a period: the failure is cached as a result is),

@@ -233,9 +233,17 @@ def render_group(group: GroupReport) -> str:
         else:
             lines += _wrap(
                 f"suggested escalate_below for {suggestion.target:g} ({suggestion.rule}): "
-                f"{suggestion.threshold:g} - {suggestion.reason}"
+                f"{_exact(suggestion.threshold)} - {suggestion.reason}"
             )
     return "\n".join(lines)
+
+
+def _exact(threshold: float) -> str:
+    """A threshold as short as it reads, but exact: a suggestion raised to the lowest measured
+    confidence may be off the grid (0.5512345), and one copied as a floor from a rounded
+    0.551234 would deliver answers below every label."""
+    text = f"{threshold:g}"
+    return text if float(text) == threshold else repr(threshold)
 
 
 def _fit(line: str) -> str:
