@@ -51,6 +51,7 @@ __all__ = [
     "ProviderErrorCode",
     "PublishFailed",
     "ResolutionInvalid",
+    "SchemaAhead",
     "SchemaBehind",
     "SubmitFailed",
 ]
@@ -162,6 +163,13 @@ class LedgerError(DecisionWorkerError):
 
 class SchemaBehind(LedgerError):
     """The ledger's schema is behind this code; run ``decisions migrate``."""
+
+
+class SchemaAhead(LedgerError):
+    """The ledger's schema was migrated by a newer release than this code: upgrade it.
+
+    A configuration's mistake (this release against that ledger), not an outage: commands
+    and ``decisions worker`` exit 2 on it, as on ``SchemaBehind``."""
 
 
 class JobConflict(LedgerError):

@@ -1,7 +1,7 @@
 """A ledger migrated by a newer release (its alembic_version holds a revision this code has no
-script for): ``decisions migrate`` and ``decisions worker --migrate`` say so and the fix, as
-``decisions worker`` does, on SQLite and PostgreSQL. Before, Alembic's "Can't locate revision
-identified by '0099'" was explained as a bug in decisions."""
+script for): ``decisions migrate``, ``decisions worker`` (with or without --migrate) and the
+ledger commands say so and the fix, exit 2, on SQLite and PostgreSQL. Before, Alembic's
+"Can't locate revision identified by '0099'" was explained as a bug in decisions."""
 
 from __future__ import annotations
 
@@ -31,7 +31,11 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield url
 
 
-@pytest.mark.parametrize("args", [("migrate",), ("worker", "--migrate")], ids=" ".join)
+@pytest.mark.parametrize(
+    "args",
+    [("migrate",), ("worker", "--migrate"), ("worker",), ("ledger", "status"), ("budget", "show", "b")],
+    ids=" ".join,
+)
 def test_a_schema_migrated_by_a_newer_release_is_named_with_the_fix(
     ledger_url: str, args: tuple[str, ...], tmp_path: Path
 ) -> None:
@@ -49,10 +53,12 @@ def test_a_schema_migrated_by_a_newer_release_is_named_with_the_fix(
     )
 
     assert traceback_in(done.output) is None, done.output
-    assert done.code != 0, done.output
+    # A configuration's exit (README, Upgrading: "exits 2 and names the revision"), found
+    # by an attack to be 1 on every command.
+    assert done.code == 2, done.output
     assert (
         f"ledger schema is at {AHEAD}, which this code ({head_revision()}) does not know: "
-        "it was migrated by a newer release; upgrade this worker"
+        "it was migrated by a newer release of decision-worker; upgrade this one"
     ) in done.stderr, done.stderr
     assert "bug" not in done.output and "unexpected" not in done.output, done.output
     assert 1 <= len([line for line in done.stderr.splitlines() if line.strip()]) <= 2

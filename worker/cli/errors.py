@@ -23,7 +23,13 @@ import click
 import pydantic
 from pydantic_settings import SettingsError
 
-from shared.errors import ConfigurationError, DecisionWorkerError, SchemaBehind, SubmitFailed
+from shared.errors import (
+    ConfigurationError,
+    DecisionWorkerError,
+    SchemaAhead,
+    SchemaBehind,
+    SubmitFailed,
+)
 from shared.settings import Settings
 from worker.cli import output
 from worker.cli.connection_errors import CONNECTION_HANDLERS
@@ -164,6 +170,11 @@ def _configuration(exc: ConfigurationError) -> Explanation:
     return Explanation(masked(str(exc)))
 
 
+def _schema_ahead(exc: SchemaAhead) -> Explanation:
+    # Exit 2, a configuration's: this release against a ledger a newer one migrated.
+    return Explanation(masked(str(exc)), None, USAGE)
+
+
 def _project_error(exc: DecisionWorkerError) -> Explanation:
     return Explanation(masked(str(exc)), None, RUNTIME)
 
@@ -293,6 +304,7 @@ _HANDLERS: list[tuple[Any, Callable[[Any], Explanation | None]]] = [
     (pydantic.ValidationError, _settings_invalid),
     (SettingsError, _settings_unparsable),
     (SchemaBehind, _schema_behind),
+    (SchemaAhead, _schema_ahead),
     (SubmitFailed, _submit_failed),
     (ConfigurationError, _configuration),
     (ModuleNotFoundError, _missing_extra),

@@ -11,7 +11,7 @@ import pydantic
 import typer
 
 from shared import keys
-from shared.errors import ConfigurationError, SchemaBehind
+from shared.errors import ConfigurationError, SchemaAhead, SchemaBehind
 from shared.settings import get_settings
 from worker.cli.option_values import (
     count,
@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
                 ledger.migrate()
             ledger.check_schema()
             ledger.dispose()
-        except (ConfigurationError, SchemaBehind) as exc:
+        except (ConfigurationError, SchemaBehind, SchemaAhead) as exc:
             err_console.print(f"[red]refusing to start:[/] {exc}")
             raise typer.Exit(2) from None
         _pool, concurrency = pool_settings(settings)

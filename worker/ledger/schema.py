@@ -21,7 +21,7 @@ from alembic.util import CommandError
 from sqlalchemy import Engine, inspect, text
 from sqlalchemy.engine import Connection
 
-from shared.errors import ConfigurationError, LedgerError, SchemaBehind
+from shared.errors import ConfigurationError, LedgerError, SchemaAhead, SchemaBehind
 from worker.ledger.engine import make_engine
 from worker.ledger.errors import TablesMissing
 
@@ -133,10 +133,10 @@ def _require_schema(connection: Connection) -> None:
     )
 
 
-def _ahead(current: str) -> LedgerError:
-    return LedgerError(
+def _ahead(current: str) -> SchemaAhead:
+    return SchemaAhead(
         f"ledger schema is at {current}, which this code ({head_revision()}) does not know: "
-        "it was migrated by a newer release; upgrade this worker"
+        "it was migrated by a newer release of decision-worker; upgrade this one"
     )
 
 
