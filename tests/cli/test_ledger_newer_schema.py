@@ -33,7 +33,13 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 @pytest.mark.parametrize(
     "args",
-    [("migrate",), ("worker", "--migrate"), ("worker",), ("ledger", "status"), ("budget", "show", "b")],
+    [
+        ("migrate",),
+        ("worker", "--migrate"),
+        ("worker",),
+        ("ledger", "status"),
+        ("budget", "show", "b"),
+    ],
     ids=" ".join,
 )
 def test_a_schema_migrated_by_a_newer_release_is_named_with_the_fix(
