@@ -199,9 +199,13 @@ def _not_utf8(exc: UnicodeDecodeError) -> Explanation:
     line, column = _undecodable_at(path, exc.encoding)
     byte = exc.object[exc.start : exc.start + 1].hex()
     where = f"{path} line {line}, column {column}" if line else str(path)
+    # What the file holds, by its name: a settings file (.env) is no file of jobs (found by
+    # an attack: a .env was told "each line one JSON job").
+    name = Path(path).name
+    holds = "NAME=value" if name == ".env" or name.endswith(".env") else "one JSON job"
     return Explanation(
         f"{where}: byte 0x{byte} is not {exc.encoding.upper()}",
-        "save the file as UTF-8 (each line one JSON job)",
+        f"save the file as UTF-8 (each line {holds})",
     )
 
 
