@@ -41,7 +41,10 @@ def _provider_table(row: dict[str, object]) -> Table:
     table.add_column("what", no_wrap=True)
     table.add_column("value", overflow="fold")
     for key, value in row.items():
-        if key in ("name", "default"):
+        if key in ("name", "default", "key_problem"):
+            continue
+        if key == "key_set" and row.get("key_problem"):
+            table.add_row("key set", f"no: {row['key_problem']}")
             continue
         if isinstance(value, dict):
             for sub, limit in value.items():

@@ -106,13 +106,20 @@ class HttpDecisionProvider:
     def key_is_set(self) -> bool:
         """Whether a key would be found now and sent (never the key itself): a key the send
         would refuse (``read_key``: a line break inside it, say) is as good as none."""
+        return self.key_problem is None
+
+    @property
+    def key_problem(self) -> str | None:
+        """Why no key would be sent now, naming its variable (never the key); None if one
+        would. Said by ``decisions providers`` beside "key set: no" (found by an attack: an
+        operator who had set the variable was told only "no")."""
         if self._paid.auth is None:
-            return True
+            return None
         try:
             read_key(self._paid.auth, self.name)
-        except DecisionProviderError:
-            return False
-        return True
+        except DecisionProviderError as exc:
+            return (exc.detail or exc.code).removesuffix("; nothing was sent")
+        return None
 
     def prepare(self, request: DecisionRequest, *, step: str = "decide") -> PreparedRequest:
         raise NotImplementedError

@@ -141,6 +141,7 @@ class ProviderRegistry(NamedRegistry[DecisionProvider]):
                     "limits": asdict(provider.limits),
                     "key_env": key_env,
                     "key_set": bool(key_set) if key_set is not None else None,
+                    "key_problem": getattr(provider, "key_problem", None),
                     "experimental_inputs": list(getattr(provider, "experimental_inputs", ()) or ()),
                 }
             )
