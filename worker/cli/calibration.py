@@ -22,6 +22,7 @@ from typing import Any
 
 import redis
 import typer
+from rich.text import Text
 
 from shared.calibration import (
     DEFAULT_BINS,
@@ -114,9 +115,14 @@ def calibration(
             store_label_stream(ledger, redis.Redis.from_url(settings.redis_url))
         except redis.RedisError as exc:
             # The stored labels still tell something: say what was left out, go on.
+            # The server without its password (in the userinfo or, for redis-py, the query).
+            server = settings.redis_url.split("@")[-1].split("?")[0]
             err_console.print(
-                f"[yellow]labels waiting on Redis not stored ({settings.redis_url.split('@')[-1]}"
-                f": {type(exc).__name__}); showing the ledger's[/]",
+                Text(
+                    f"labels waiting on Redis not stored ({server}: {type(exc).__name__}); "
+                    "showing the ledger's",
+                    "yellow",
+                ),
                 highlight=False,
             )
     where = LabelFilter(

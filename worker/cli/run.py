@@ -17,10 +17,11 @@ from shared.settings import get_settings
 from worker.cli.jsonl import read_lines, unreadable_problems
 from worker.cli.ledger_file import cannot_write
 from worker.cli.option_values import not_empty_path
-from worker.cli.startup import check_registries
+from worker.cli.startup import check_ledger_file, check_registries
 from worker.cli.terminal import console, err_console
 from worker.delivery.outage import ledger_outage
 from worker.embedded import RunSummary, at_the_faux, run_batch
+from worker.ledger.engine import describe_url
 from worker.ledger.errors import TablesMissing
 from worker.process.logs import configure_logging
 
@@ -70,7 +71,11 @@ def register(app: typer.Typer) -> None:
         # As `decisions worker` does, before any job: a ceiling or limit keyed by a misspelt
         # provider would not apply to the run (explained as one line, exit 2).
         check_registries(settings)
-        console.print(f"ledger: {settings.ledger_url}")
+        # And a SQLite file it cannot write (?mode=ro, a read-only mount): refused before any
+        # job, as the worker refuses it (found by an attack: run wrote the file anyway).
+        check_ledger_file(settings)
+        # Its password never shown (found by an attack: the URL was printed whole).
+        console.print(f"ledger: {describe_url(settings.ledger_url)}", markup=False)
         lines = read_lines(file)
         by_number = {line.number: line for line in lines}  # blank and // lines are skipped
         for number, problem in unreadable_problems(lines):
