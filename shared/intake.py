@@ -227,6 +227,14 @@ class IntakeBook:
         text = IntakeRecord.text(message_id, job, record.attempts + 1)
         self.redis.hset(keys.INTAKE_JOBS, record.member, text)
 
+    def held(self, members: Iterable[str]) -> set[str]:
+        """Those of ``members`` with a record: queued, or taken by a worker not done yet."""
+        listed = list(members)
+        if not listed:
+            return set()
+        found = self.redis.hmget(keys.INTAKE_JOBS, listed)
+        return {member for member, text in zip(listed, found, strict=True) if text is not None}
+
     def forget(self, members: Iterable[str | bytes]) -> None:
         """Drop records: their jobs were taken by a worker (or given up)."""
         listed = list(members)

@@ -127,9 +127,8 @@ def test_a_job_that_escalates_during_the_resume_keeps_its_escalation_and_waits(
     monkeypatch.setenv("DECISIONS_LEDGER_URL", str(ledger.engine.url))
     monkeypatch.setenv("DECISIONS_REDIS_URL", redis_url(REDIS_DB))
     monkeypatch.setenv("DECISIONS_BROKER_URL", redis_url(REDIS_DB))
-    r.delete(keys.CELERY_QUEUE)
     said = resume()
-    assert "resumed 2 job(s)" in said, said  # a-first again (reopened, not yet run)
+    assert "resumed 1 job(s)" in said and "1 already queued" in said, said  # a-first's is
     assert queued_ids(r) == ["a-first", "b-late"] and open_for_reviewers(r) == []
 
 
@@ -166,3 +165,17 @@ def test_a_resolution_the_ledger_knows_keeps_the_job_from_running_again(
     assert queued_ids(r) == []
     row = ledger.get_job("a-done")
     assert row is not None and row.finished and row.resumes == 0
+
+
+def test_a_second_resume_leaves_the_jobs_the_first_queued(ledger: Ledger, r: redis.Redis) -> None:
+    """Found by two attacks: two resumes at once both said "resumed 14 job(s)" and queued each
+    job twice (the second took the first's reopened jobs for an interrupted resume's). A job
+    whose intake record is there is queued or running: the second resume leaves it."""
+    for job_id in ("a-one", "b-two"):
+        open_batch_job(ledger, job_id)
+        exhaust(ledger, job_id, published=True)
+        publish(r, job_id)
+    assert "resumed 2 job(s)" in resume()
+    said = resume()
+    assert "resumed 0 job(s)" in said and "2 already queued" in said, said
+    assert queued_ids(r) == ["a-one", "b-two"]

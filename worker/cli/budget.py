@@ -24,6 +24,7 @@ from shared import strict_json
 from shared.client import Client
 from shared.errors import JobInvalid, NotStrictJSON
 from shared.escalation_withdrawal import withdraw_escalations
+from shared.intake import IntakeBook, intake_member
 from shared.job_parsing import parse_job
 from shared.limits import MAX_BUDGET_USD
 from shared.settings import get_settings
@@ -199,6 +200,15 @@ def resume(batch: str = BATCH) -> None:
     withdrawal = withdraw_escalations(streams, candidates)
     resolved = frozenset(withdrawal.resolved) | known
     rows = ledger.reopen_exhausted(batch, only=frozenset(withdrawal.withdrawn), keep=readable)
+    # A job reopened before (not just now) is queued again only if no intake record says it
+    # is queued or running: a resume interrupted before it queued them leaves none (found by
+    # two attacks: two resumes at once queued every job twice, and both said so). A broker
+    # that keeps no intake records (RabbitMQ) queues them again: the ledger runs each once.
+    earlier = {intake_member(row.reply_to, row.job_id): row.job_id for row in rows}
+    for member in [m for m, job_id in earlier.items() if job_id in withdrawal.withdrawn]:
+        del earlier[member]
+    queued = {earlier[member] for member in IntakeBook(streams).held(earlier)}
+    rows = [row for row in rows if row.job_id not in queued]
     for job_id, why in sorted(unreadable.items()):
         err_console.print(
             f"{job_id}: left as it is, its stored job cannot be read ({why})",
@@ -216,7 +226,8 @@ def resume(batch: str = BATCH) -> None:
             )
     console.print(
         f"resumed {len(rows)} job(s) of batch {batch} that escalated budget_exhausted"
-        + (f"; {len(resolved)} resolved by a reviewer left alone" if resolved else ""),
+        + (f"; {len(resolved)} resolved by a reviewer left alone" if resolved else "")
+        + (f"; {len(queued)} already queued by an earlier resume" if queued else ""),
         highlight=False,
         markup=False,  # the batch is a producer's name: "b[/]" is text, not markup
     )
