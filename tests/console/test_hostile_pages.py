@@ -19,6 +19,7 @@ import redis
 import uvicorn
 from starlette.applications import Starlette
 
+from shared import keys
 from shared.escalations import EscalationQueue
 from shared.replies import EscalationMessage
 from shared.settings import Settings
@@ -170,3 +171,16 @@ def test_a_control_character_in_a_query_is_a_bad_name_not_a_ledger_outage(
     assert page.status_code == status, page.text[:300]
     assert "Ledger unavailable" not in page.text
     assert "control character" in page.text
+
+
+def test_a_damaged_redis_key_is_said_on_the_page_not_a_bare_500(
+    tmp_path: Path, r: redis.Redis
+) -> None:
+    """Found by an attack: a non-stream value at the escalation stream's key gave every page
+    that reads it a bare 500 "Something went wrong", where the CLI says Redis's one line."""
+    r.set(keys.ESCALATION_STREAM, "notastream")
+    with _visiting(_app(tmp_path), "ann") as visitor:
+        page = visitor.get("/escalations")
+    assert page.status_code == 503, page.text[:300]
+    assert "WRONGTYPE" in page.text and "Something went wrong" not in page.text
+    assert page.headers.get("content-security-policy") == CONTENT_SECURITY_POLICY

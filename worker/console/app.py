@@ -108,7 +108,11 @@ def create_app(
                 login_key=USER_KEY,
             ),
         ],
-        exception_handlers={HTTPException: _http_error, Exception: _server_error},
+        exception_handlers={
+            HTTPException: _http_error,
+            redis.RedisError: _redis_error,
+            Exception: _server_error,
+        },
         max_body_size=_MAX_BODY_BYTES,
     )
     app.state.console = state
@@ -144,10 +148,26 @@ async def _http_error(request: Request, exc: Any) -> Response:
     return _plain_page(request, status, titles.get(status, "Error"), why)
 
 
+async def _redis_error(request: Request, exc: Exception) -> Response:
+    """Redis out of reach, or answering an error (a key holding another kind of value): said
+    on the page in one line, as the CLI says it (found by an attack: a bare 500)."""
+    if isinstance(exc, redis.ResponseError):
+        # Redis's own words name the command's trouble, never a job's data or a password.
+        message = f"Redis answered an error: {str(exc)[:200]}"
+    else:
+        message = f"Redis cannot be reached right now ({type(exc).__name__})."
+    _log.warning("console redis error on %s: %s", request.url.path, message)
+    return _error_page(request, 503, "Redis unavailable", message)
+
+
 async def _server_error(request: Request, exc: Exception) -> Response:
     # No traceback or message on the page: it could quote a job's data or a setting.
     _log.error("console error on %s: %s", request.url.path, type(exc).__name__, exc_info=exc)
-    response = _plain_page(request, 500, "Something went wrong", "The error was logged.")
+    return _error_page(request, 500, "Something went wrong", "The error was logged.")
+
+
+def _error_page(request: Request, status: int, title: str, message: str) -> Response:
+    response = _plain_page(request, status, title, message)
     # Starlette sends this page from outside every middleware: the headers are added here.
     https_only = bool(getattr(request.app.state, "https_only", False))
     add_security_headers(response.headers, request.scope, https_only)
