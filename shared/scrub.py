@@ -108,6 +108,7 @@ def current_secrets(environ: Mapping[str, str] | None = None) -> tuple[str, ...]
 
 # --- URLs ---------------------------------------------------------------------------------
 
+_SCHEME_PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
 _URL_START = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<rest>.*)$", re.S)
 _SENSITIVE_NAME = re.compile(r"pass|pwd|secret|token|key|auth|sig|credential|session", re.I)
 _QUERY_PAIR = re.compile(r"(?P<name>[^&;=#]+)=(?P<value>[^&;#]*)")
@@ -139,7 +140,7 @@ def mask_url(url: str, *, keep_user: bool = False) -> str:
     """
     match = _URL_START.match(url)
     if match is None:
-        return url
+        return _mask_malformed(url)
     userinfo, host, tail = _split(match["rest"])
     authority = host
     if userinfo is not None:
@@ -152,6 +153,20 @@ def mask_url(url: str, *, keep_user: bool = False) -> str:
         path, query = tail.split("?", 1)
         tail = f"{path}?" + _QUERY_PAIR.sub(_mask_pair, query)
     return f"{match['scheme']}{authority}{tail}"
+
+
+def _mask_malformed(url: str) -> str:
+    """A URL setting that does not parse (``redis:/:pw@host``, ``redis//:pw@host``): all
+    between its scheme and the last @ masked, and its query's sensitive values. Found by an
+    attack: such a value was printed whole, password and all, by the very error that said
+    it was not a URL. A value without an @ holds no userinfo and is kept."""
+    head, query = url.split("?", 1) if "?" in url else (url, None)
+    at = head.rfind("@")
+    if at != -1:
+        scheme = _SCHEME_PREFIX.match(head)
+        start = scheme.end() if scheme else 0
+        head = f"{head[:start]}{MASK}{head[at:]}"
+    return head if query is None else f"{head}?" + _QUERY_PAIR.sub(_mask_pair, query)
 
 
 def mask_urls(text: str) -> str:

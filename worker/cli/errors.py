@@ -30,6 +30,7 @@ from shared.errors import (
     SchemaBehind,
     SubmitFailed,
 )
+from shared.scrub import mask_url
 from shared.settings import Settings
 from worker.cli import output
 from worker.cli.connection_errors import CONNECTION_HANDLERS
@@ -100,7 +101,7 @@ def _settings_invalid(exc: pydantic.ValidationError) -> Explanation | None:
             continue
         variable = setting_variable(loc[0])
         where = ".".join(loc[1:])
-        value = "" if _is_secret(loc[0]) else f"={masked(repr(error.get('input')))}"
+        value = "" if _is_secret(loc[0]) else f"={_shown(error.get('input'))}"
         path = f" ({where})" if where else ""
         problems.append(f"{variable}{value}{path}: {error['msg'].removeprefix('Value error, ')}")
     return Explanation(
@@ -108,6 +109,13 @@ def _settings_invalid(exc: pydantic.ValidationError) -> Explanation | None:
         "fix the variable (in the environment or .env) or unset it for its default "
         "(`decisions settings` lists every setting)",
     )
+
+
+def _shown(value: object) -> str:
+    # A text through mask_url first: a URL that does not parse (redis:/:pw@host) is no URL
+    # to the running-text masking, and was shown whole.
+    text = mask_url(value, keep_user=True) if isinstance(value, str) else value
+    return masked(repr(text))
 
 
 def _settings_unparsable(exc: SettingsError) -> Explanation:

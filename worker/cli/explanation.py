@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from shared.scrub import mask_url
 from shared.settings import Settings, get_settings
 from worker.cli.settings_doc import env_names
 from worker.process.logs import mask_passwords
@@ -60,7 +61,9 @@ def raw_setting(field: str) -> str:
 
 
 def setting_url(field: str) -> str:
-    return masked(raw_setting(field))
+    """A URL setting's value as it may be shown: its password masked, also when the value is
+    no URL at all (``redis:/:pw@host``, which running text's masking does not recognise)."""
+    return masked(mask_url(raw_setting(field), keep_user=True))
 
 
 def masked(text: str) -> str:

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from shared import keys, tracing
 from shared.client import PRODUCER_SERVICE, Client, SubmitReport
+from shared.scrub import mask_url
 from shared.settings import Settings, get_settings
 from shared.streams import follow_stream, read_stream
 from shared.submit_rejections import submit_rejection
@@ -264,8 +265,6 @@ def _report_missing(missing: list[str], waited_s: float, *, given: bool) -> None
 
 
 def _safe_url(url: str) -> str:
-    """A broker URL without its password."""
-    if "@" not in url:
-        return url
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
+    """A broker URL without its password (``shared.scrub``: one that does not parse too; a
+    split of its own failed on ``redis:/:pw@host``, after the batch was submitted)."""
+    return mask_url(url, keep_user=True)

@@ -17,12 +17,12 @@ from typing import Any
 
 import redis
 import typer
-from kombu.utils.url import maybe_sanitize_url
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from rich.table import Table
 
 from shared.intake import IntakeBook, IntakeCounts
+from shared.scrub import mask_url
 from shared.settings import get_settings
 from worker.cli.errors import UNEXPECTED, explain
 from worker.cli.option_values import wait_seconds
@@ -60,7 +60,8 @@ def read_status(timeout_s: float = 1.0) -> FleetStatus:
     from worker.app import app as celery_app
 
     settings = get_settings()
-    status = FleetStatus(broker=maybe_sanitize_url(settings.broker_url))
+    # shared.scrub, not kombu's maybe_sanitize_url: that shows a URL it cannot parse whole.
+    status = FleetStatus(broker=mask_url(settings.broker_url, keep_user=True))
     try:
         status.queue = queue_depth(celery_app)
         status.workers = workers(celery_app, timeout_s=timeout_s)
