@@ -43,7 +43,9 @@ __all__ = [
     "WholeSeconds",
     "log_level",
     "name_list",
+    "port_problem",
     "redis_database_problem",
+    "redis_url_problem",
 ]
 
 #: The longest time any setting may give (ten years). Times become deadlines, leases and
@@ -170,15 +172,39 @@ def redis_database_problem(url: str, *, broker: bool) -> str | None:
     return None
 
 
-def _broker_database(url: str) -> str:
-    problem = redis_database_problem(url, broker=True)
+def port_problem(url: str) -> str | None:
+    """What is wrong with a URL's port, or None (a port from 1 to 65535, or none).
+
+    Checked with the settings, the one place: the worker refused such a URL when it made
+    its streams client, but status and submit passed it to redis-py and kombu, which raised
+    a bare ValueError ("Port out of range 0-65535"), explained as a bug in decisions."""
+    parts = urlsplit(url)
+    port = parts.netloc.rpartition("@")[2].rpartition("]")[2].partition(":")[2]
+    try:
+        number = parts.port
+    except ValueError:
+        number = None
+    if port and (number is None or not 1 <= number <= 65535):
+        return f"port {port!r} is not a port number: write one from 1 to 65535 (HOST:PORT)"
+    return None
+
+
+def redis_url_problem(url: str, *, broker: bool) -> str | None:
+    """What the settings can tell is wrong with a Redis URL (the broker's, of any scheme,
+    or the streams'): its port, then its database (``redis_database_problem``); None if
+    nothing is."""
+    return port_problem(url) or redis_database_problem(url, broker=broker)
+
+
+def _broker_url(url: str) -> str:
+    problem = redis_url_problem(url, broker=True)
     if problem is not None:
         raise ValueError(problem)
     return url
 
 
-def _streams_database(url: str) -> str:
-    problem = redis_database_problem(url, broker=False)
+def _streams_url(url: str) -> str:
+    problem = redis_url_problem(url, broker=False)
     if problem is not None:
         raise ValueError(problem)
     return url
@@ -205,10 +231,10 @@ OptionalHttpUrl = Annotated[
     str | None, AfterValidator(_optional_http_url), AfterValidator(_masked_or_none)
 ]
 
-#: The broker's URL and the streams' Redis URL: a ``Url`` whose database is checked with the
-#: settings, not when a connection is made (``redis_database_problem``).
-BrokerUrl = Annotated[str, AfterValidator(_broker_database), AfterValidator(MaskedUrl)]
-RedisUrl = Annotated[str, AfterValidator(_streams_database), AfterValidator(MaskedUrl)]
+#: The broker's URL and the streams' Redis URL: a ``Url`` whose port and database are checked
+#: with the settings, not when a connection is made (``redis_url_problem``).
+BrokerUrl = Annotated[str, AfterValidator(_broker_url), AfterValidator(MaskedUrl)]
+RedisUrl = Annotated[str, AfterValidator(_streams_url), AfterValidator(MaskedUrl)]
 
 
 class MaskedRepr(BaseModel):
