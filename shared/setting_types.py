@@ -46,6 +46,7 @@ __all__ = [
     "port_problem",
     "redis_database_problem",
     "redis_url_problem",
+    "tls_option_problem",
 ]
 
 #: The longest time any setting may give (ten years). Times become deadlines, leases and
@@ -189,11 +190,35 @@ def port_problem(url: str) -> str | None:
     return None
 
 
+def tls_option_problem(url: str) -> str | None:
+    """A TLS option (``?ssl_cert_reqs=``, ``?ssl_ca_certs=``...) on a Redis URL that speaks no
+    TLS (``redis://``, ``unix://``), or None.
+
+    Found by an attack: README's ``?ssl_cert_reqs=none`` copied onto a ``redis://`` URL made
+    redis-py raise a TypeError (its plain connection takes no ssl_* argument), explained as a
+    bug in decisions; kombu took it as a request for TLS, and a submit hung in the handshake.
+    Only ``rediss://`` asks for TLS, so the option is a mistake whichever was meant."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "unix"):
+        return None
+    for name in parse_qs(parts.query, keep_blank_values=True):
+        if name.startswith("ssl"):
+            return (
+                f"?{name}= is a TLS option, and a {parts.scheme}:// URL speaks no TLS: write "
+                f"rediss://HOST:PORT/DB?{name}=... for a server over TLS, or remove it"
+            )
+    return None
+
+
 def redis_url_problem(url: str, *, broker: bool) -> str | None:
     """What the settings can tell is wrong with a Redis URL (the broker's, of any scheme,
-    or the streams'): its port, then its database (``redis_database_problem``); None if
-    nothing is."""
-    return port_problem(url) or redis_database_problem(url, broker=broker)
+    or the streams'): its port, its TLS options, then its database
+    (``redis_database_problem``); None if nothing is."""
+    return (
+        port_problem(url)
+        or tls_option_problem(url)
+        or redis_database_problem(url, broker=broker)
+    )
 
 
 def _broker_url(url: str) -> str:
@@ -231,8 +256,8 @@ OptionalHttpUrl = Annotated[
     str | None, AfterValidator(_optional_http_url), AfterValidator(_masked_or_none)
 ]
 
-#: The broker's URL and the streams' Redis URL: a ``Url`` whose port and database are checked
-#: with the settings, not when a connection is made (``redis_url_problem``).
+#: The broker's URL and the streams' Redis URL: a ``Url`` whose port, TLS options and database
+#: are checked with the settings, not when a connection is made (``redis_url_problem``).
 BrokerUrl = Annotated[str, AfterValidator(_broker_url), AfterValidator(MaskedUrl)]
 RedisUrl = Annotated[str, AfterValidator(_streams_url), AfterValidator(MaskedUrl)]
 

@@ -49,3 +49,14 @@ def test_a_port_that_is_no_port_is_refused_naming_the_variable(
 ) -> None:
     lines = _refused(workdir, args, variable, f"redis://127.0.0.1:{port}/10")
     assert f"port {port!r}" in lines[0] and "1 to 65535" in lines[0], lines
+
+
+@pytest.mark.parametrize("args", COMMANDS)
+@pytest.mark.parametrize("variable", VARIABLES)
+@pytest.mark.parametrize("option", ["ssl_cert_reqs=none", "ssl_ca_certs=/etc/ssl/ca.pem"])
+def test_a_tls_option_on_a_plain_redis_url_is_refused_naming_the_variable(
+    workdir: Path, args: tuple[str, ...], variable: str, option: str
+) -> None:
+    lines = _refused(workdir, args, variable, f"{NOWHERE}?{option}")
+    name = option.partition("=")[0]
+    assert f"?{name}=" in lines[0] and "rediss://" in lines[0], lines
