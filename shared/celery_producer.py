@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from celery import Celery
 
+from shared.redis_connect import broker_timeouts
 from shared.settings import Settings
 
 __all__ = ["broker_ssl", "producer_app"]
@@ -41,7 +42,12 @@ def producer_app(settings: Settings) -> Celery:
         broker_use_ssl=broker_ssl(settings.broker_url),
         task_serializer="json",
         accept_content=["json"],
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        # Bounded connect and TLS handshake (shared.redis_connect): a rediss:// URL on a
+        # plain Redis left a submit in the handshake for good.
+        broker_transport_options={
+            "visibility_timeout": settings.visibility_timeout_s,
+            **broker_timeouts(),
+        },
         broker_connection_retry_on_startup=True,
     )
     return app

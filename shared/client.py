@@ -41,6 +41,7 @@ from shared.limits import Limits
 from shared.message_size import MessageChunks, job_cost, oversize_problem
 from shared.packs import pack_key
 from shared.prices import Price
+from shared.redis_connect import redis_client
 from shared.replies import Reply
 from shared.reply_reader import terminal_replies
 from shared.settings import Settings, get_settings
@@ -91,7 +92,7 @@ class Client:
     @property
     def redis(self) -> redis.Redis:
         if self._redis is None:
-            self._redis = redis.Redis.from_url(self.settings.redis_url)
+            self._redis = redis_client(self.settings.redis_url)
         return self._redis
 
     @property

@@ -25,6 +25,7 @@ from celery import Celery, signals
 from shared import keys
 from shared.celery_producer import broker_ssl
 from shared.errors import ConfigurationError
+from shared.redis_connect import broker_timeouts
 from shared.settings import Settings, get_settings
 from worker.observability import metrics
 from worker.process import broker, logs
@@ -91,6 +92,7 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> Celery:
             "visibility_timeout": settings.visibility_timeout_s,
             "unacked_restore_interval": settings.unacked_restore_interval_s,
             "unacked_restore_throttle": settings.unacked_restore_throttle,
+            **broker_timeouts(),  # connect and TLS handshake bounded (shared.redis_connect)
         },
         worker_hijack_root_logger=False,
         # Off: three event publishes a message were a tenth of a single-job worker's CPU

@@ -15,7 +15,6 @@ import json
 import math
 from typing import Any
 
-import redis
 import typer
 from rich.table import Table
 from rich.text import Text
@@ -27,6 +26,7 @@ from shared.escalation_withdrawal import withdraw_escalations
 from shared.intake import IntakeBook, intake_member
 from shared.job_parsing import parse_job
 from shared.limits import MAX_BUDGET_USD
+from shared.redis_connect import redis_client
 from shared.settings import get_settings
 from worker.cli.option_values import identifier
 from worker.cli.terminal import console, err_console
@@ -158,7 +158,7 @@ def resume(batch: str = BATCH) -> None:
     others' escalations leave the reviewers' queue first."""
     settings = get_settings()
     ledger = _ledger()
-    streams = redis.Redis.from_url(settings.redis_url)
+    streams = redis_client(settings.redis_url)
     exhausted = ledger.exhausted_jobs(batch)
     status = ledger.budget(batch)
     if status is not None and status.left_usd is not None and status.left_usd <= 0:

@@ -31,6 +31,7 @@ from shared.calibration import (
     Rule,
     effective_text,
 )
+from shared.redis_connect import redis_client
 from shared.settings import get_settings
 from worker.calibration import GroupReport, group_reports, store_label_stream
 from worker.cli.option_values import identifier, in_utc_range, name, non_negative, time_ago
@@ -112,7 +113,7 @@ def calibration(
     ledger.check_schema()
     if store:
         try:
-            store_label_stream(ledger, redis.Redis.from_url(settings.redis_url))
+            store_label_stream(ledger, redis_client(settings.redis_url))
         except redis.RedisError as exc:
             # The stored labels still tell something: say what was left out, go on.
             # The server without its password (in the userinfo or, for redis-py, the query).

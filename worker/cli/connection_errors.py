@@ -176,12 +176,27 @@ def _redis_unreachable(exc: redis.exceptions.ConnectionError) -> Explanation:
 
 def _unverified_fix(reason: str, variables: list[str]) -> str | None:
     """The fix for a TLS server whose certificate no authority this process trusts vouches
-    for (the broker is verified too: ``shared.celery_producer``), else None."""
+    for (the broker is verified too: ``shared.celery_producer``), or for a ``rediss://`` URL
+    whose server timed out (``_handshake_fix``), else None."""
     if "CERTIFICATE_VERIFY_FAILED" not in reason:
-        return None
+        return _handshake_fix(reason, variables)
     return (
         f"add ?ssl_ca_certs=/path/to/ca.pem (the authority that signed the server's "
         f"certificate) to {' and '.join(variables)}, or ?ssl_cert_reqs=none to skip the check"
+    )
+
+
+def _handshake_fix(reason: str, variables: list[str]) -> str | None:
+    # A server that speaks plain Redis takes the connection and never answers the TLS
+    # hello: the connect times out (shared.redis_connect), and "start Redis there" sent the
+    # operator to a server that runs. Found by an attack (before, a submit hung for good).
+    tls = [v for v in variables if _raw_of(v).startswith("rediss://")]
+    if not tls or "timeout" not in reason.lower().replace(" ", ""):
+        return None
+    named = " and ".join(tls)
+    return (
+        f"{named} asks for TLS (rediss://): if the server has none, write redis:// there; "
+        "else check that it answers at that address"
     )
 
 

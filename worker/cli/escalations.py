@@ -21,7 +21,6 @@ import socket
 import sys
 from pathlib import Path
 
-import redis
 import typer
 from rich.markup import escape
 from rich.panel import Panel
@@ -34,6 +33,7 @@ from shared.errors import EscalationNotFound, PublishFailed, ResolutionInvalid
 from shared.escalation_listing import list_open
 from shared.escalations import EscalationQueue, OpenEscalation
 from shared.limits import current_limits
+from shared.redis_connect import redis_client
 from shared.settings import get_settings
 from shared.visible_text import visible
 from worker.cli.option_values import identifier, name, reviewer
@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
 def _queue() -> EscalationQueue:
     settings = get_settings()
     return EscalationQueue(
-        redis.Redis.from_url(settings.redis_url),
+        redis_client(settings.redis_url),
         claim_idle_s=settings.escalation_claim_idle_s,
         marker_ttl_s=settings.publish_marker_ttl_s,
         menu_checker=_menu_checker(),

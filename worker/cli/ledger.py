@@ -7,12 +7,12 @@ import json
 import re
 from datetime import UTC, datetime
 
-import redis
 import typer
 from rich.table import Table
 from rich.text import Text
 
 from shared import keys
+from shared.redis_connect import redis_client
 from shared.settings import get_settings
 from shared.visible_text import visible
 from worker.cli.budget import add_budget_rows, budget_json
@@ -184,7 +184,7 @@ def republish(
     settings = get_settings()
     report = republish_stream(
         _ledger(),
-        redis.Redis.from_url(settings.redis_url),
+        redis_client(settings.redis_url),
         stream,
         since=start,
         ttl_s=settings.publish_marker_ttl_s,

@@ -7,13 +7,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import redis
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from shared import keys, tracing
 from shared.client import PRODUCER_SERVICE, Client, SubmitReport
+from shared.redis_connect import redis_client
 from shared.scrub import mask_url
 from shared.settings import Settings, get_settings
 from shared.streams import follow_stream, read_stream
@@ -194,7 +194,7 @@ def register(app: typer.Typer) -> None:
             )
             raise typer.Exit(2)
         settings = get_settings()
-        client = redis.Redis.from_url(settings.redis_url)
+        client = redis_client(settings.redis_url)
         entries = follow_stream(client, stream) if follow else read_stream(client, stream)
         try:
             for entry in entries:

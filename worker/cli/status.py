@@ -22,6 +22,7 @@ from redis.retry import Retry
 from rich.table import Table
 
 from shared.intake import IntakeBook, IntakeCounts
+from shared.redis_connect import redis_client
 from shared.scrub import mask_url
 from shared.settings import get_settings
 from worker.cli.errors import UNEXPECTED, explain
@@ -77,7 +78,7 @@ def read_status(timeout_s: float = 1.0) -> FleetStatus:
     except Exception as exc:
         status.unreachable["ledger"] = _why(exc)
     try:
-        client = redis.Redis.from_url(
+        client = redis_client(
             settings.redis_url,
             socket_timeout=timeout_s + 1,
             socket_connect_timeout=timeout_s + 1,

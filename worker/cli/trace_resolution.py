@@ -15,6 +15,7 @@ import redis
 from rich.markup import escape
 
 from shared import keys
+from shared.redis_connect import redis_client
 from shared.replies import ResolutionMessage, parse_reply
 from shared.settings import get_settings
 from worker.ledger import JobRow
@@ -97,7 +98,7 @@ def lookup_resolution(row: JobRow) -> Resolution | str | None:
     """Only an escalated job can have one; Redis out of reach is said, not an error."""
     if row.terminal_type != "escalation":
         return None
-    client = redis.Redis.from_url(get_settings().redis_url)
+    client = redis_client(get_settings().redis_url)
     try:
         return resolution_of(client, row)
     except redis.RedisError as exc:

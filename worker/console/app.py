@@ -13,7 +13,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import redis
 import redis.asyncio as aioredis
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.applications import Starlette
@@ -25,6 +24,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from shared.escalations import EscalationQueue
+from shared.redis_connect import CONNECT_TIMEOUT_S, redis_client
 from shared.resolutions import MenuAnswerChecker
 from shared.settings import Settings
 from worker.console import batch_views, calibration_views, escalation_views, login_views
@@ -76,12 +76,14 @@ def create_app(
 ) -> Starlette:
     if queue is None:
         queue = EscalationQueue(
-            redis.Redis.from_url(settings.redis_url),
+            redis_client(settings.redis_url),
             claim_idle_s=settings.escalation_claim_idle_s,
             marker_ttl_s=settings.publish_marker_ttl_s,
             menu_checker=menu_checker(),
         )
-    sessions_redis = aioredis.Redis.from_url(settings.redis_url)
+    sessions_redis = aioredis.Redis.from_url(
+        settings.redis_url, socket_connect_timeout=CONNECT_TIMEOUT_S
+    )
     state = ConsoleState(
         queue=queue,
         ledger=ledger or Ledger.from_settings(settings),

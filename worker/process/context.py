@@ -13,11 +13,11 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 from celery import signals
 
 from shared.errors import ConfigurationError
 from shared.intake import IntakeBook, records_intake
+from shared.redis_connect import redis_client
 from shared.settings import Settings, get_settings
 from shared.streams import RedisPublisher, ReplyPublisher
 from worker.delivery.reply_batch import GroupPublish
@@ -99,7 +99,7 @@ def _build() -> WorkerContext:
     runtimes = RuntimeRegistry.from_settings(settings, http=http, limiter=limiter)
     handlers = load_handlers(settings.handlers)
     sink: ReplyPublisher = _overrides.get("sink") or RedisPublisher(  # type: ignore[assignment]
-        redis.Redis.from_url(settings.redis_url), ttl_s=settings.publish_marker_ttl_s
+        redis_client(settings.redis_url), ttl_s=settings.publish_marker_ttl_s
     )
     runner = Runner(
         settings=settings,
@@ -115,7 +115,7 @@ def _build() -> WorkerContext:
         runner.use_group_publish(GroupPublish(sink))
     intake = None
     if records_intake(settings.broker_url):
-        intake = IntakeBook(redis.Redis.from_url(settings.redis_url))
+        intake = IntakeBook(redis_client(settings.redis_url))
     context = WorkerContext(
         settings, ledger, providers, sink, loop, runner, os.getpid(), runtimes, handlers, intake
     )

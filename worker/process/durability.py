@@ -28,6 +28,7 @@ import redis
 import structlog
 
 from shared.errors import ConfigurationError
+from shared.redis_connect import redis_client
 from shared.scrub import mask_url
 from shared.settings import Settings
 
@@ -141,7 +142,7 @@ def check_streams_durable(settings: Settings, client: redis.Redis | None = None)
 def streams_client(settings: Settings) -> redis.Redis:
     """A client of DECISIONS_REDIS_URL; ``ConfigurationError`` for a URL redis cannot read."""
     try:
-        return redis.Redis.from_url(settings.redis_url, socket_timeout=5)
+        return redis_client(settings.redis_url, socket_timeout=5)
     except ValueError as exc:  # a query option it cannot parse (?db=x), a scheme it lacks
         raise ConfigurationError(
             f"DECISIONS_REDIS_URL={mask_url(settings.redis_url)}: {exc} Fix the URL "

@@ -41,6 +41,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from shared import keys
+from shared.redis_connect import CONNECT_TIMEOUT_S
 from shared.setting_types import ProviderLimit
 from shared.settings import Settings
 
@@ -176,7 +177,10 @@ class RedisLimiter:
         # Made on first use, on the loop that uses it (redis.asyncio binds to a loop).
         if self._client is None:
             pool = aioredis.BlockingConnectionPool.from_url(
-                self._url, max_connections=_MAX_CONNECTIONS, timeout=None
+                self._url,
+                max_connections=_MAX_CONNECTIONS,
+                timeout=None,
+                socket_connect_timeout=CONNECT_TIMEOUT_S,  # and the TLS handshake
             )
             self._client = aioredis.Redis(connection_pool=pool)
         if self._acquire_script is None:

@@ -44,6 +44,7 @@ from shared.chunk_publisher import EncodedJobs, SplicingProducer
 from shared.intake import IntakeBook, IntakeRecord, intake_member, records_intake
 from shared.job_wire import json_text
 from shared.message_size import MessageChunks, job_cost
+from shared.redis_connect import redis_client
 from shared.settings import Settings
 from worker.ledger import Ledger
 
@@ -285,8 +286,8 @@ class Recovery:
         from worker.app import app as celery_app
 
         publish = send_jobs(celery_app)
-        book = IntakeBook(redis.Redis.from_url(settings.redis_url))
-        return cls(settings, book, redis.Redis.from_url(settings.broker_url), publish)
+        book = IntakeBook(redis_client(settings.redis_url))
+        return cls(settings, book, redis_client(settings.broker_url), publish)
 
     async def run_once(self, ledger: Ledger) -> IntakeRound:
         return await recover_intake(
