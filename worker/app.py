@@ -146,6 +146,21 @@ def _refuse_bad_visibility(sender: Any = None, **_: Any) -> None:
         raise SystemExit(2) from None
 
 
+@signals.worker_init.connect
+def _refuse_unreachable_broker(sender: Any = None, **_: Any) -> None:
+    # Celery would retry an unreachable broker for over an hour, naming no setting: refused
+    # at start instead (worker.process.broker_reach), a broker lost later is still retried.
+    # This app's workers only: the embedded run's is an in-memory broker of its own.
+    if getattr(sender, "app", None) is not app:
+        return
+    from worker.process.broker_reach import check_broker_reachable
+
+    try:
+        check_broker_reachable(app)
+    except Exception as exc:
+        _refuse(exc)
+
+
 @signals.celeryd_init.connect
 def _refuse_what_fails_every_task(
     sender: Any = None, instance: Any = None, options: Any = None, **_: Any

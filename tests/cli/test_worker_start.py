@@ -6,6 +6,9 @@ status it exits with: through the real command, one or two lines and never a tra
 - a streams Redis the worker cannot use (no such database, nothing listening, a bad URL),
   whether or not volatile streams are accepted: every task would fail after its provider
   answered;
+- a broker it cannot reach (nothing listening, PostgreSQL's port, a RabbitMQ that is not
+  there): Celery retried it for over an hour naming no setting; one it loses later it still
+  retries (tests/faults);
 - a Celery option it cannot parse: a usage error naming the option, not a bug to report;
 - a Celery worker that ended on an error: a non-zero status for the supervisor.
 """
@@ -225,6 +228,59 @@ def test_a_redis_url_option_it_cannot_read_is_named(
         done, 2, f"DECISIONS_REDIS_URL={BAD_OPTION_QUERY}", "'socket_timeout'"
     )
     assert problem.startswith("DECISIONS_REDIS_URL")
+
+
+# --- the broker ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme", ["redis", "amqp"])
+def test_the_worker_refuses_a_broker_nothing_listens_on(
+    workdir: Path, streams: dict[str, str], scheme: str
+) -> None:
+    port = free_port()
+    done = decisions(
+        "worker",
+        "--migrate",
+        cwd=workdir,
+        timeout_s=60,
+        broker_url=f"{scheme}://127.0.0.1:{port}/1",
+        redis_url=streams["redis_url"],
+    )
+    (line,) = _explained(
+        done, 2, "refusing to start", "DECISIONS_BROKER_URL", f"127.0.0.1:{port}", lines=1
+    )
+    assert "did not answer in 10 s" in line and "point DECISIONS_BROKER_URL at" in line
+    assert ":***@" not in done.output  # kombu's mask, of a password the URL does not have
+
+
+def test_the_worker_refuses_a_broker_url_naming_postgresql(
+    workdir: Path, streams: dict[str, str]
+) -> None:
+    """PostgreSQL takes the connection and closes it at Redis's first command."""
+    done = decisions(
+        "worker",
+        "--migrate",
+        cwd=workdir,
+        timeout_s=60,
+        broker_url="redis://127.0.0.1:5432/1",
+        redis_url=streams["redis_url"],
+    )
+    _explained(done, 2, "refusing to start", "DECISIONS_BROKER_URL", "127.0.0.1:5432", lines=1)
+
+
+def test_celery_itself_refuses_a_broker_database_out_of_range(
+    workdir: Path, streams: dict[str, str]
+) -> None:
+    ledger_url = f"sqlite:///{workdir / 'ledger.db'}"
+    assert decisions("migrate", cwd=workdir, ledger_url=ledger_url).code == 0
+    done = _celery_worker(
+        workdir,
+        {},
+        broker_url=f"redis://{REDIS_HOST}:{REDIS_PORT}/99",
+        redis_url=streams["redis_url"],
+        ledger_url=ledger_url,
+    )
+    _explained(done, 2, "refusing to start", "DECISIONS_BROKER_URL", "no database 99", lines=1)
 
 
 # --- Celery's options and exit status ----------------------------------------------------------

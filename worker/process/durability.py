@@ -37,7 +37,9 @@ __all__ = [
     "check_streams_durable",
     "persistence_of",
     "reach",
+    "refusal",
     "server_name",
+    "short_reason",
     "streams_client",
 ]
 
@@ -167,19 +169,20 @@ def reach(client: redis.Redis, name: str) -> None:
                 "right user and password in it (redis://USER:PASSWORD@HOST:PORT/DB)"
             ) from None
         except redis.ResponseError as exc:
-            raise ConfigurationError(_refusal(where, client, exc)) from None
+            db = client.connection_pool.connection_kwargs.get("db", 0)
+            raise ConfigurationError(refusal(where, db, exc)) from None
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             if time.monotonic() >= until:
                 raise ConfigurationError(
-                    f"{where} did not answer in {REACH_TIMEOUT_S:g} s ({_reason(exc)}): start "
+                    f"{where} did not answer in {REACH_TIMEOUT_S:g} s ({short_reason(exc)}): start "
                     "it, or point DECISIONS_REDIS_URL at a running one"
                 ) from None
             time.sleep(0.5)
 
 
-def _refusal(where: str, client: redis.Redis, exc: redis.ResponseError) -> str:
+def refusal(where: str, db: object, exc: Exception) -> str:
+    """What a Redis (streams or broker) that answered with an error on connecting means."""
     if "DB index is out of range" in str(exc):
-        db = client.connection_pool.connection_kwargs.get("db", 0)
         return (
             f"{where} has no database {db} ({exc}): use one from 0 to 15 in the URL's path, "
             "unless the server's `databases` setting allows more"
@@ -187,7 +190,7 @@ def _refusal(where: str, client: redis.Redis, exc: redis.ResponseError) -> str:
     return f"{where} refused PING: {exc}"
 
 
-def _reason(exc: Exception) -> str:
+def short_reason(exc: Exception) -> str:
     # "Error 111 connecting to 127.0.0.1:6390. Connection refused." names the server twice.
     text = str(exc).rstrip(".")
     return text.rpartition(". ")[2] or text
