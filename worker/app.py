@@ -231,7 +231,13 @@ def _fleet_init(sender: Any = None, **_: Any) -> None:
     settings = get_settings()
     if sender is not None and logs.resolve_format(settings.log_format) == "json":
         sender.quiet = True  # Celery's banner is not one JSON event; worker.ready says it all
-    metrics.on_worker_init(settings)
+    try:
+        # A fleet worker without its port would be probed at whatever holds it: refused.
+        # The embedded run (`decisions run`) is probed by nobody and goes on without.
+        metrics.on_worker_init(settings, required=getattr(sender, "app", None) is app)
+    except ConfigurationError as exc:
+        sys.stderr.write(f"refusing to start: {exc}\n")
+        raise SystemExit(2) from None
 
 
 @signals.worker_ready.connect
@@ -273,6 +279,11 @@ def _bounded_shutdown(**_: Any) -> None:
 @signals.worker_shutdown.connect
 def _fleet_stopped(**_: Any) -> None:
     metrics.on_shutdown()
+
+
+@signals.worker_process_init.connect
+def _pool_process_start(**_: Any) -> None:
+    metrics.on_process_init()
 
 
 @signals.worker_process_shutdown.connect

@@ -9,12 +9,15 @@ status it exits with: through the real command, one or two lines and never a tra
 - a broker it cannot reach (nothing listening, PostgreSQL's port, a RabbitMQ that is not
   there): Celery retried it for over an hour naming no setting; one it loses later it still
   retries (tests/faults);
+- a metrics port another process listens on: it said ``metrics.unavailable``, then
+  ``worker.ready`` with that port, and served nothing there;
 - a Celery option it cannot parse: a usage error naming the option, not a bug to report;
 - a Celery worker that ended on an error: a non-zero status for the supervisor.
 """
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -281,6 +284,22 @@ def test_celery_itself_refuses_a_broker_database_out_of_range(
         ledger_url=ledger_url,
     )
     _explained(done, 2, "refusing to start", "DECISIONS_BROKER_URL", "no database 99", lines=1)
+
+
+# --- the metrics endpoint ----------------------------------------------------------------
+
+
+def test_the_worker_refuses_a_metrics_port_in_use(workdir: Path, streams: dict[str, str]) -> None:
+    pytest.importorskip("prometheus_client")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = decisions(
+            "worker", "--migrate", cwd=workdir, timeout_s=60, metrics_port=str(port), **streams
+        )
+    (line,) = _explained(done, 2, "refusing to start", f"DECISIONS_METRICS_PORT={port}", lines=1)
+    assert "another process listens" in line and "free port" in line
 
 
 # --- Celery's options and exit status ----------------------------------------------------------

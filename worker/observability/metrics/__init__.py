@@ -22,6 +22,7 @@ from worker.observability.metrics.labels import OTHER, Labels
 from worker.observability.metrics.lifecycle import (
     limiter_for,
     observer_for,
+    on_process_init,
     on_process_shutdown,
     on_shutdown,
     on_shutting_down,
@@ -54,6 +55,7 @@ __all__ = [
     "ledger_gauges",
     "limiter_for",
     "observer_for",
+    "on_process_init",
     "on_process_shutdown",
     "on_shutdown",
     "on_shutting_down",

@@ -1,24 +1,28 @@
 """The metrics endpoint through a worker's life, driven by Celery's signals (``worker.app``).
 
-Main process: ``worker_init`` (before the pool forks) prepares the multiprocess directory;
-``worker_ready`` starts the endpoint and makes ``/readyz`` answer 200;
-``worker_shutting_down`` (warm shutdown begins) makes it answer 503; ``worker_shutdown``
-stops it. Pool processes: ``worker_process_shutdown`` drops their live gauges.
+Main process: ``worker_init`` (before the pool forks) prepares the multiprocess directory
+and takes the endpoint's port, so that a port another process holds refuses the start (a
+worker that logged ``metrics.unavailable`` and then ``worker.ready`` with that port served
+nothing, and its probes reached whatever held it); ``worker_ready`` serves the endpoint
+and makes ``/readyz`` answer 200; ``worker_shutting_down`` (warm shutdown begins) makes it
+answer 503; ``worker_shutdown`` stops it. Pool processes: ``worker_process_init`` closes
+their copy of the port, ``worker_process_shutdown`` drops their live gauges.
 Everything is a no-op unless ``DECISIONS_METRICS_PORT`` is set.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from functools import lru_cache
-from pathlib import Path
 
 import redis
 import structlog
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from shared.errors import ConfigurationError
 from shared.settings import Settings
 from worker.ledger import Ledger
 from worker.observability.metrics.families import installed
@@ -32,6 +36,7 @@ from worker.providers.limiter import Limiter, NoLimiter
 __all__ = [
     "limiter_for",
     "observer_for",
+    "on_process_init",
     "on_process_shutdown",
     "on_shutdown",
     "on_shutting_down",
@@ -42,7 +47,9 @@ __all__ = [
 log = structlog.get_logger("decisions.metrics")
 
 _readiness = Readiness()
+#: Bound at ``worker_init``, served from ``worker_ready`` (``_serving``).
 _server: MetricsServer | None = None
+_serving = False
 
 
 #: Said once per process (before a prefork pool forks) when metrics are asked for but the
@@ -81,38 +88,70 @@ def limiter_for(settings: Settings, inner: Limiter | None = None) -> Limiter | N
     return MeteredLimiter(inner or NoLimiter(), Labels.from_settings(settings))
 
 
-def on_worker_init(settings: Settings) -> None:
-    if enabled(settings):
-        path = prepare_directory()
-        log.info("metrics.directory", path=str(path))
-
-
-def on_worker_ready(settings: Settings) -> None:
+def on_worker_init(settings: Settings, *, required: bool = True) -> None:
+    """Prepare the multiprocess directory and take the endpoint's port, before the pool
+    forks; it is served from ``on_worker_ready``. A port that cannot be taken is a
+    ``ConfigurationError`` when ``required`` (a fleet worker: its probes would reach whatever
+    holds the port, or nothing), else said (``metrics.unavailable``) and done without."""
     global _server
-    _readiness.ready.set()
     if not enabled(settings) or _server is not None:
         return
     assert settings.metrics_port is not None
+    path = prepare_directory()
     # Imported here: it builds on prometheus-client, the optional [metrics] extra.
     from worker.observability.metrics.collector import FleetCollector
 
-    directory = Path(os.environ[ENV]) if os.environ.get(ENV) else None
     collector = FleetCollector(
         _ledger_of(settings),
         _redis_of(settings),
         interval_s=settings.metrics_fleet_interval_s,
     )
-    server = MetricsServer(directory=directory, readiness=_readiness, extra=[collector])
+    server = MetricsServer(directory=path, readiness=_readiness, extra=[collector])
     try:
-        port = server.start(settings.metrics_addr, settings.metrics_port)
+        server.bind(settings.metrics_addr, settings.metrics_port)
     except OSError as exc:
-        # The worker still works without its endpoint; the operator must see why it is missing.
-        log.error(
-            "metrics.unavailable", port=settings.metrics_port, error=f"{type(exc).__name__}: {exc}"
-        )
+        problem = _unbound(settings.metrics_addr, settings.metrics_port, exc)
+        if required:
+            remove_directory()  # no worker_shutdown follows a refused start
+            raise ConfigurationError(problem) from None
+        log.error("metrics.unavailable", port=settings.metrics_port, error=problem)
         return
     _server = server
-    log.info("metrics.serving", addr=settings.metrics_addr, port=port)
+    log.info("metrics.directory", path=str(path))
+
+
+def on_worker_ready(settings: Settings) -> None:
+    global _serving
+    _readiness.ready.set()
+    if _server is None or _serving:
+        return
+    _server.serve()
+    _serving = True
+    log.info("metrics.serving", addr=settings.metrics_addr, port=settings.metrics_port)
+
+
+def on_process_init() -> None:
+    """In a pool process just forked: close its copy of the endpoint's listening socket, so
+    that a pool process outliving its main one does not keep the port from the next worker."""
+    global _server
+    if _server is not None:
+        _server.close()  # the main process's serving thread is not in this one
+        _server = None
+
+
+def _unbound(addr: str, port: int, exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"DECISIONS_METRICS_PORT={port}: another process listens on {addr}:{port}: stop "
+            "it, or set DECISIONS_METRICS_PORT to a free port (each worker on a host needs "
+            "its own)"
+        )
+    return (
+        f"cannot serve metrics on {addr}:{port} (DECISIONS_METRICS_ADDR, "
+        f"DECISIONS_METRICS_PORT): {exc.strerror or exc}: set DECISIONS_METRICS_ADDR to an "
+        "address of this host (127.0.0.1, 0.0.0.0) and DECISIONS_METRICS_PORT to a port this "
+        "user may listen on (from 1024)"
+    )
 
 
 def on_shutting_down() -> None:
@@ -120,10 +159,11 @@ def on_shutting_down() -> None:
 
 
 def on_shutdown() -> None:
-    global _server
+    global _server, _serving
     if _server is not None:
         _server.stop()
         _server = None
+        _serving = False
     remove_directory()
 
 

@@ -96,20 +96,33 @@ class MetricsServer:
             return self._metrics(environ, start_response)
         return _text(start_response, "404 Not Found", "not found\n")
 
-    def start(self, host: str, port: int) -> int:
-        """Serve in a daemon thread; returns the port bound (``port`` 0 picks a free one)."""
+    def bind(self, host: str, port: int) -> int:
+        """Listen on ``host:port`` (``port`` 0 picks a free one) and return the port bound;
+        nothing is served until ``serve``. ``OSError`` when the port is taken."""
         self._server = make_server(
             host, port, self.app, server_class=_Server, handler_class=_QuietHandler
         )
+        return int(self._server.server_port)
+
+    def serve(self) -> None:
+        """Serve what ``bind`` listens on, in a daemon thread."""
+        assert self._server is not None, "bind first"
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="decisions-metrics", daemon=True
         )
         self._thread.start()
-        return int(self._server.server_port)
 
     def stop(self) -> None:
-        if self._server is not None:
+        if self._server is not None and self._thread is not None:
+            # Only once served: shutdown() waits for a loop that never ran.
             self._server.shutdown()
+            self._thread = None
+        self.close()
+
+    def close(self) -> None:
+        """Close the listening socket, serving thread or not: in a forked process the copy
+        of a serving server has no thread, and its shutdown() would wait for ever."""
+        if self._server is not None:
             self._server.server_close()
             self._server = None
 
