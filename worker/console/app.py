@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import redis
 import redis.asyncio as aioredis
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.applications import Starlette
