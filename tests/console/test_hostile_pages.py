@@ -98,15 +98,17 @@ def test_an_escalation_id_beyond_what_redis_holds_is_not_found(
 def test_a_server_error_page_carries_the_security_headers(
     tmp_path: Path, r: redis.Redis
 ) -> None:
-    # A queue on a Redis nobody listens on: every escalations page fails, unforeseen.
+    # A queue on a Redis nobody listens on: every escalations page fails. Said as such (503)
+    # since a Redis error has its own page; that page, like the 500's, is sent from outside
+    # every middleware (``_error_page`` adds the headers to both).
     gone = EscalationQueue(redis.Redis(port=free_port(), socket_connect_timeout=1))
     with _visiting(_app(tmp_path, queue=gone), "ann") as ann:
-        # On a new connection: uvicorn closes the one a 500 was sent on (the login's
-        # redirect to the escalations met the same error).
+        # On a new connection: uvicorn closes the one an error page was sent on (the
+        # login's redirect to the escalations met the same error).
         cookies = dict(ann.http.cookies)
         url = ann.http.base_url.join("/escalations")
         failed = httpx.get(url, cookies=cookies, timeout=20)
-    assert failed.status_code == 500 and "Something went wrong" in failed.text
+    assert failed.status_code == 503 and "Redis cannot be reached right now" in failed.text
     assert failed.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
     assert failed.headers["x-frame-options"] == "DENY"
     assert failed.headers["x-content-type-options"] == "nosniff"
@@ -184,3 +186,19 @@ def test_a_damaged_redis_key_is_said_on_the_page_not_a_bare_500(
     assert page.status_code == 503, page.text[:300]
     assert "WRONGTYPE" in page.text and "Something went wrong" not in page.text
     assert page.headers.get("content-security-policy") == CONTENT_SECURITY_POLICY
+
+
+def test_an_unforeseen_error_page_carries_the_security_headers(
+    tmp_path: Path, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unforeseen(*_: object, **__: object) -> None:
+        raise RuntimeError("a job's data: <script>never shown</script>")
+
+    monkeypatch.setattr("worker.console.escalation_views.list_open", unforeseen)
+    with _visiting(_app(tmp_path), "ann") as ann:
+        cookies = dict(ann.http.cookies)
+        failed = httpx.get(ann.http.base_url.join("/escalations"), cookies=cookies, timeout=20)
+    assert failed.status_code == 500 and "Something went wrong" in failed.text
+    assert "never shown" not in failed.text
+    assert failed.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    assert failed.headers["x-frame-options"] == "DENY"
