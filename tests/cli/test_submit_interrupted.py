@@ -48,7 +48,7 @@ def _interrupted(
             ledger_url=f"sqlite:///{tmp_path}/ledger.db",
         )
         r = redis.Redis.from_url(server.url())
-        done = _sigint_when([DECISIONS, "submit", *args], env, lambda pid: ready(r, pid))
+        done = sigint_when([DECISIONS, "submit", *args], env, lambda pid: ready(r, pid))
         return done, r.llen(keys.CELERY_QUEUE)
 
 
@@ -77,7 +77,7 @@ def test_ctrl_c_during_the_last_messages_says_what_the_broker_holds(tmp_path: Pa
     assert int(said[1]) == queued, f"said {said[1]}, the broker holds {queued}"
 
 
-def _sigint_when(
+def sigint_when(
     argv: list[str], env: dict[str, str], ready: Callable[[int], bool]
 ) -> subprocess.CompletedProcess[str]:
     """``argv`` run as from a terminal, sent SIGINT once ``ready(pid)`` (unless it ended

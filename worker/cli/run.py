@@ -85,6 +85,7 @@ def register(app: typer.Typer) -> None:
             said = f"{problem.message} [stream id {stream_id}]"
             err_console.print(f"[yellow]line {number}[/]: {escape(said)}")
         jobs = [line.job for line in lines]
+        finished = [0, len(jobs)]  # what on_progress last said: for a Ctrl-C's line
         with LedgerRetries() as retries, Progress(
             TextColumn("[bold]jobs"),
             BarColumn(),
@@ -96,12 +97,31 @@ def register(app: typer.Typer) -> None:
             task = progress.add_task("jobs", total=None)
 
             def on_progress(done: int, total: int) -> None:
+                finished[:] = [done, total]
                 retries.check()  # raised here, the error ends the run (and is explained)
                 progress.update(task, completed=done, total=total)
 
-            summary = run_batch(
-                jobs, settings=settings, out_dir=out, on_progress=on_progress, pack=pack
-            )
+            try:
+                summary = run_batch(
+                    jobs, settings=settings, out_dir=out, on_progress=on_progress, pack=pack
+                )
+            except KeyboardInterrupt:
+                # Said, not a bare 130 (found by an attack): what finished, and that the same
+                # command goes on where this one stopped.
+                progress.stop()
+                err_console.print(
+                    f"interrupted: {finished[0]} of {finished[1]} job(s) finished, nothing "
+                    f"written to {out}",
+                    highlight=False,
+                    markup=False,
+                )
+                err_console.print(
+                    "running the same file again goes on: finished jobs replay from the "
+                    "ledger, and a request already sent is never sent again",
+                    highlight=False,
+                    markup=False,
+                )
+                raise typer.Exit(130) from None  # the exit status of a Ctrl-C (worker.cli)
         _print_summary(summary)
 
 
