@@ -194,9 +194,8 @@ class ScoreQuestion(_QuestionBase):
     @classmethod
     def _levels_in_range(cls, value: list[str]) -> list[str]:
         if not MIN_SCORE_LEVELS <= len(value) <= MAX_SCORE_LEVELS:
-            raise ValueError(
-                f"{len(value)} levels; a score takes {MIN_SCORE_LEVELS} to {MAX_SCORE_LEVELS}"
-            )
+            given = f"{len(value)} level" + ("" if len(value) == 1 else "s")
+            raise ValueError(f"{given}; a score takes {MIN_SCORE_LEVELS} to {MAX_SCORE_LEVELS}")
         return value
 
 

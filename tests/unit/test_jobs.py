@@ -359,3 +359,11 @@ def test_a_json_error_reads_as_one_sentence() -> None:
     with pytest.raises(NotStrictJSON) as info:
         strict_json.loads('{"a": "x')
     assert str(info.value) == "not JSON: Unterminated string starting at line 1 column 7"
+
+
+@pytest.mark.parametrize(("levels", "said"), [(1, "1 level;"), (11, "11 levels;")])
+def test_a_score_with_too_few_or_many_levels_says_how_many(levels: int, said: str) -> None:
+    score = {"type": "score", "instructions": "x", "criteria": [f"l{i}" for i in range(levels)]}
+    with pytest.raises(JobInvalid) as refused:
+        parse_job({"id": "s", "state": "x", "questions": {"q": score}})
+    assert any(said in problem.message for problem in refused.value.problems)
