@@ -89,3 +89,19 @@ def test_the_rebuilt_menu_is_the_menu_the_model_saw() -> None:
     from shared.menus import menu_from_json
 
     assert rebuilt.text == build_menu(menu_from_json(OPTIONS[2:], {})).text
+
+
+async def test_a_nul_in_an_answer_is_refused_by_its_field(harness: Harness) -> None:
+    """Found by an attack: a reviewer's ``"a\\x00b"`` was published; a producer storing the
+    answer in PostgreSQL (text, jsonb) cannot, and job text refuses it everywhere else."""
+    message = await escalated(harness)
+    nul = problems(message, {"call": "refund", "args": {"order_id": "a\x00b", "amount": 1.0}})
+    assert [p.field for p in nul] == ["answer.args.order_id"]
+    assert "NUL" in nul[0].message
+    deep = problems(
+        message, {"call": "plan", "args": {"steps": [{"action": "call", "target": "A\x00"}]}}
+    )
+    assert [p.field for p in deep] == ["answer.args.steps[0].target"]
+    # Other control characters a text may hold (a line break) stay.
+    kept = check_menu_answer(message, {"call": "refund", "args": {"order_id": "a\nb", "amount": 1}})
+    assert kept["args"]["order_id"] == "a\nb"

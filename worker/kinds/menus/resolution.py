@@ -51,6 +51,13 @@ def check_menu_answer(escalation: EscalationMessage, answer: Any) -> dict[str, A
         raise ResolutionInvalid(
             [FieldProblem(_field(p.path), f"{p.kind}: {p.message}") for p in error.problems]
         ) from None
+    nul = sorted(_nul_paths(pick.args, ""))
+    if nul:
+        # Found by an attack: a reviewer's "a\x00b" was published, which a producer storing
+        # the answer in PostgreSQL (text, jsonb) cannot keep; job text refuses it as well.
+        raise ResolutionInvalid(
+            [FieldProblem(_field(path), "holds a NUL character; none is allowed") for path in nul]
+        )
     option = pick.option
     resolved: dict[str, Any] = {"call": option.name, "args": pick.args}
     if isinstance(option, ValueOption):
@@ -60,3 +67,25 @@ def check_menu_answer(escalation: EscalationMessage, answer: Any) -> dict[str, A
     else:
         resolved["handler"] = option.handler
     return resolved
+
+
+def _nul_paths(value: Any, path: str) -> list[str]:
+    """The paths (``steps[0].target``) of the strings and keys in ``value`` holding a NUL.
+    An explicit stack: an answer may nest as deep as JSON's reader allowed."""
+    found: list[str] = []
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                found.append(where)
+        elif isinstance(item, Mapping):
+            for key, inner in item.items():
+                named = f"{where}.{key}" if where else str(key)
+                if "\x00" in str(key):
+                    found.append(named)
+                else:
+                    stack.append((inner, named))
+        elif isinstance(item, list | tuple):
+            stack.extend((inner, f"{where}[{index}]") for index, inner in enumerate(item))
+    return found
