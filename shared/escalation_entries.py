@@ -14,10 +14,11 @@ could. ``OpenEscalation`` is an entry still open in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from pydantic import ValidationError
 
@@ -25,7 +26,23 @@ from shared import keys
 from shared.replies import EscalationMessage, parse_reply
 from shared.resolutions import answer_problem
 
-__all__ = ["OpenEscalation", "SkipReporter", "decode_entry"]
+__all__ = ["OpenEscalation", "SkipReporter", "decode_entry", "is_entry_id"]
+
+#: A stream entry id as Redis takes it: ASCII digits only (``\d`` alone takes Arabic-Indic
+#: ones too), milliseconds and a sequence number, each a 64-bit unsigned number; the
+#: sequence may be left out where a position is meant (``--after``).
+_ENTRY_ID: Final = re.compile(r"[0-9]{1,20}(-[0-9]{1,20})?", re.ASCII)
+_ID_PART_MAX: Final = 2**64 - 1
+
+
+def is_entry_id(text: str, *, position: bool = False) -> bool:
+    """Whether Redis takes ``text`` as an entry's id (``position``: or as a position, the
+    milliseconds alone). Any other, Redis refuses with an error of its own ("Invalid stream
+    ID"), which a typed id must not become (found by attacks: a 500 page, a CLI line in
+    Redis's words)."""
+    if not _ENTRY_ID.fullmatch(text) or ("-" not in text and not position):
+        return False
+    return all(int(part) <= _ID_PART_MAX for part in text.split("-"))
 
 #: Told of each escalation entry a reader skipped: its id and why.
 SkipReporter = Callable[[str, str], None]

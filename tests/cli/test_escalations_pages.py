@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from shared import keys
 from shared.escalation_listing import PAGE_ROWS
 from shared.escalations import EscalationQueue
@@ -67,12 +69,14 @@ def test_list_pages_through_the_open_escalations_with_after(tmp_path: Path) -> N
     assert "decisions escalations list --batch b --json --after " in batch.stderr
 
 
-def test_after_an_id_of_another_shape_is_refused_in_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("after", ["x; rm", "99999999999999999999-0", "1-18446744073709551616"])
+def test_after_an_id_of_another_shape_is_refused_in_one_line(tmp_path: Path, after: str) -> None:
+    # Past 2**64 - 1 too: Redis's own "Invalid stream ID" was said (found by an attack).
     with redis_database(REDIS_DB):
         done = decisions(
-            "escalations", "list", "--after", "x; rm", cwd=tmp_path, redis_url=redis_url(11)
+            "escalations", "list", "--after", after, cwd=tmp_path, redis_url=redis_url(11)
         )
-    assert done.code == 2
+    assert done.code == 2, done.output
     assert traceback_in(done.output) is None
     assert "is not an escalation id" in done.stderr
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import getpass
 import json
-import re
 import shlex
 import socket
 import sys
@@ -30,6 +29,7 @@ from rich.text import Text
 
 from shared import json_measure
 from shared.errors import EscalationNotFound, PublishFailed, ResolutionInvalid
+from shared.escalation_entries import is_entry_id
 from shared.escalation_listing import list_open
 from shared.escalations import EscalationQueue, OpenEscalation
 from shared.limits import current_limits
@@ -43,7 +43,6 @@ __all__ = ["register"]
 
 escalations_app = typer.Typer(help="Decisions a machine should not make alone: for reviewers.")
 #: An escalation's id: its entry's id in the escalation stream (milliseconds-sequence).
-ENTRY_ID = re.compile(r"[0-9]{1,20}(-[0-9]{1,20})?")
 
 
 def register(app: typer.Typer) -> None:
@@ -342,7 +341,7 @@ def release(
 
 def _check_entry_id(entry_id: str) -> None:
     # An id of another shape was Redis's own error ("Invalid stream ID ... @user_script:2").
-    if not ENTRY_ID.fullmatch(entry_id):
+    if not is_entry_id(entry_id, position=True):
         err_console.print(
             f"[red]{escape(repr(entry_id))} is not an escalation id[/] (one reads like "
             "1712345678901-0: see decisions escalations list)",

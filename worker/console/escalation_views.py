@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from shared.errors import EscalationNotFound, FieldProblem, PublishFailed, ResolutionInvalid
+from shared.escalation_entries import is_entry_id
 from shared.escalation_listing import find_open, list_open
 from shared.escalations import OpenEscalation
 from shared.replies import EscalationReason
@@ -43,12 +44,6 @@ from worker.console.web import Form, action, flash, page, redirect, render, stat
 __all__ = ["UNREADABLE", "claim", "escalation_detail", "escalation_list", "release", "resolve"]
 
 REASONS: Final[tuple[str, ...]] = get_args(EscalationReason)
-#: ASCII digits only (``\d`` alone takes Arabic-Indic ones too), and nothing after (a
-#: ``$`` would allow a trailing newline): Redis refuses any other id with an error.
-_ENTRY_ID: Final = re.compile(r"\d{1,20}-\d{1,20}", re.ASCII)
-#: Each part of a stream entry id is a 64-bit unsigned number: Redis refuses a bigger one
-#: with an error, which a typed URL must not turn into a 500.
-_ID_PART_MAX: Final = 2**64 - 1
 #: What a queue that cannot skip an unreadable entry raises reading it (an older
 #: ``EscalationQueue`` reads every open entry before a move): a message, never a 500.
 UNREADABLE: Final = (ValidationError, KeyError, JSONDecodeError)
@@ -267,9 +262,7 @@ def _entry_id(request: Request) -> str | None:
 
 def _valid_id(entry_id: str) -> str | None:
     """``entry_id`` if it is a stream entry id Redis takes, else None."""
-    if not _ENTRY_ID.fullmatch(entry_id):
-        return None
-    return entry_id if all(int(part) <= _ID_PART_MAX for part in entry_id.split("-")) else None
+    return entry_id if is_entry_id(entry_id) else None
 
 
 def _open(request: Request) -> OpenEscalation | None:
