@@ -17,3 +17,4 @@ def test_a_dotenv_that_is_not_utf8_gets_a_settings_files_advice(tmp_path: Path) 
     assert len(lines) == 2, done.stderr
     assert ".env line 2" in lines[0] and "0xe9" in lines[0], done.stderr
     assert "JSON job" not in done.stderr and "NAME=value" in lines[1], done.stderr
+

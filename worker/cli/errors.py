@@ -141,8 +141,10 @@ def _schema_behind(exc: SchemaBehind) -> Explanation:
         # with it the claims that kept calls from being sent twice; migrating a new one
         # silently promised what no longer holds (an attack followed the hint and got every
         # call in flight sent twice).
+        # The error's own advice ("run `decisions migrate`") is the fix line's first half.
+        said = str(exc).removesuffix(": run `decisions migrate`")
         return Explanation(
-            f"the ledger at DECISIONS_LEDGER_URL={setting_url('ledger_url')} has no tables: {exc}",
+            f"the ledger at DECISIONS_LEDGER_URL={setting_url('ledger_url')} has no tables: {said}",
             "a new ledger: run `decisions migrate`; tables dropped under running workers: "
             "restore them from a backup, as with new ones a call in flight when they went may "
             "be sent, and paid for, again",
