@@ -90,6 +90,18 @@ def register(app: typer.Typer) -> None:
             providers, job_checker(providers, RuntimeRegistry.from_settings(settings))
         )
         client = Client(settings, checker=checker)
+        # A price for a provider there is none of was ignored without a word (an attack).
+        known = {*providers.names(), *providers.absent}
+        for text in price:
+            provider = text.partition("=")[0].strip()
+            if provider and provider not in known:
+                err_console.print(
+                    f"--price {text}: there is no provider {provider!r}; the providers are "
+                    f"{', '.join(sorted(known))}",
+                    highlight=False,
+                    markup=False,
+                )
+                raise typer.Exit(2)
         try:
             lines = read_lines(file)
             jobs = [line.job for line in lines]

@@ -32,7 +32,10 @@ def parse_price(text: str) -> tuple[str, Price]:
         raise ValueError(f"{text!r}: expected PROVIDER=USD_PER_MTOK or PROVIDER=USD/request")
     amount = value.strip()
     per_request = amount.endswith("/request")
-    usd = float(amount.removesuffix("/request"))
+    try:
+        usd = float(amount.removesuffix("/request"))
+    except ValueError:  # float()'s own words named no option (found by an attack)
+        usd = math.nan
     if usd < 0:
         raise ValueError(f"{text!r}: a price is not negative")
     # float() takes nan, inf and 1e400 (inf): the estimate printed "$nan", and stored for the
