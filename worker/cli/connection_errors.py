@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
 
 import kombu.exceptions
@@ -60,12 +60,42 @@ def _ledger_operational(exc: sa_exc.OperationalError) -> Explanation:
     return _ledger_failure(str(exc.orig or exc).splitlines()[0])
 
 
+def _ledger_programming(exc: sa_exc.ProgrammingError) -> Explanation | None:
+    # libpq refuses a connection option of the URL before it connects (psycopg raises it as
+    # a ProgrammingError): a URL to mend, not a bug. Any other ProgrammingError is one.
+    detail = " ".join(str(exc.orig or exc).split())
+    return _option_problem(detail)
+
+
+def _option_problem(detail: str) -> Explanation | None:
+    """A libpq connection option of the ledger URL that libpq refused, or None (found by an
+    attack: ``?sslmode=bogus`` read "cannot be reached ... start the database", and
+    ``?connect_timeout=abc`` or an unknown option "a bug in decisions")."""
+    if not _OPTION_REFUSED.search(detail):
+        return None
+    where = f"the ledger at DECISIONS_LEDGER_URL={setting_url('ledger_url')}"
+    return Explanation(
+        f"{where}: {masked(detail)}",
+        "mend or remove that option in DECISIONS_LEDGER_URL's query (?name=value: libpq's "
+        "connection options)",
+    )
+
+
+#: How libpq words a connection option it refuses (name or value).
+_OPTION_REFUSED: Final = re.compile(
+    r"invalid connection option|invalid \w+ value|bad value for|invalid value for parameter"
+)
+
+
 def _ledger_failure(detail: str) -> Explanation:
     where = f"the ledger at DECISIONS_LEDGER_URL={setting_url('ledger_url')}"
     detail = masked(" ".join(detail.split()))
     in_file = file_problem(detail)  # a SQLite file it cannot write: which, and why
     if in_file is not None:
         return in_file
+    option = _option_problem(detail)
+    if option is not None:
+        return option
     missing = re.search(r'database "([^"]+)" does not exist', detail)
     if missing:
         return Explanation(
@@ -326,6 +356,7 @@ CONNECTION_HANDLERS: list[tuple[Any, Callable[[Any], Explanation | None]]] = [
     (ModuleNotFoundError, _no_driver),
     (sa_exc.ArgumentError, _ledger_url_invalid),
     (sa_exc.OperationalError, _ledger_operational),
+    (sa_exc.ProgrammingError, _ledger_programming),
     (redis.exceptions.AuthenticationError, _redis_auth),
     (redis.exceptions.ConnectionError, _redis_unreachable),
     (redis.exceptions.TimeoutError, _redis_unreachable),
