@@ -53,8 +53,10 @@ def register(app: typer.Typer) -> None:
             "(paid); without it the faux answers every provider",
         ),
     ) -> None:
-        """Run a batch on an in-process worker: memory broker, SQLite ledger, and the faux
-        answering every provider (nothing leaves this machine) unless --live."""
+        """Run a batch on an in-process worker: memory broker, the ledger DECISIONS_LEDGER_URL
+        names (SQLite ./decisions.db unless set), and the faux answering every provider
+        (DECISIONS_FAUX_URL's if set, else one of its own; nothing leaves this machine)
+        unless --live."""
         settings = get_settings()
         configure_logging("DEBUG" if verbose else "WARNING", settings.log_format)
         if live:
