@@ -118,7 +118,7 @@ def test_migrate_refuses_a_schema_ahead(ledger: Ledger) -> None:
         ledger.migrate()
     assert str(caught.value) == (
         f"ledger schema is at 0099, which this code ({head_revision()}) does not know: "
-        "it was migrated by a newer release; upgrade this worker"
+        "it was migrated by a newer release of decision-worker; upgrade this one"
     )
     assert not isinstance(caught.value, SchemaBehind)
     assert ledger.current_revision() == "0099"

@@ -15,9 +15,9 @@ from shared.errors import LedgerError
 from shared.rejection import rejection_for
 from shared.settings import get_settings
 from worker.cli.jsonl import read_lines, unreadable_problems
-from worker.cli.ledger_file import cannot_write
+from worker.cli.ledger_file import cannot_write, unwritable
 from worker.cli.option_values import not_empty_path
-from worker.cli.startup import check_ledger_file, check_registries
+from worker.cli.startup import check_registries
 from worker.cli.terminal import console, err_console
 from worker.delivery.outage import ledger_outage
 from worker.embedded import RunSummary, at_the_faux, run_batch
@@ -73,9 +73,14 @@ def register(app: typer.Typer) -> None:
         # As `decisions worker` does, before any job: a ceiling or limit keyed by a misspelt
         # provider would not apply to the run (explained as one line, exit 2).
         check_registries(settings)
-        # And a SQLite file it cannot write (?mode=ro, a read-only mount): refused before any
-        # job, as the worker refuses it (found by an attack: run wrote the file anyway).
-        check_ledger_file(settings)
+        # And a SQLite file it cannot write (?mode=ro, a read-only mount, a full disk):
+        # explained before any job, as the worker refuses it (found by an attack: run wrote
+        # a ?mode=ro file anyway); a full disk's exit is a runtime's, as during a run.
+        unwritable_now = unwritable(settings.ledger_url)
+        if unwritable_now is not None:
+            for line in unwritable_now.lines():
+                err_console.print(line, highlight=False, markup=False)
+            raise typer.Exit(unwritable_now.exit_code)
         # Its password never shown (found by an attack: the URL was printed whole).
         console.print(f"ledger: {describe_url(settings.ledger_url)}", markup=False)
         lines = read_lines(file)

@@ -348,10 +348,8 @@ def reopen_exhausted(
     them), so that running them again may send; with the jobs reopened before and not
     finished yet (a resume interrupted before it enqueued them). Each keeps its id and
     content; its deadline is moved to now plus the time it was given at first. Of the
-    escalated ones, only those in ``only`` when given (their escalations were withdrawn
-    from the reviewers' queue: one escalated since, or resolved by a reviewer, is not);
-    jobs ``keep`` refuses (their stored job cannot be submitted again: reopened, they
-    would wait for a run that never comes) are left as they are."""
+    escalated, only those in ``only`` when given (their escalations withdrawn); jobs ``keep``
+    refuses (a stored job that cannot be submitted again) are left as they are."""
     stmt = (
         select(jobs)
         .where(

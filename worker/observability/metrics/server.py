@@ -104,6 +104,12 @@ class MetricsServer:
         )
         return int(self._server.server_port)
 
+    def start(self, host: str, port: int) -> int:
+        """``bind`` and ``serve`` at once (a process that forks no pool after); the port."""
+        bound = self.bind(host, port)
+        self.serve()
+        return bound
+
     def serve(self) -> None:
         """Serve what ``bind`` listens on, in a daemon thread."""
         assert self._server is not None, "bind first"
