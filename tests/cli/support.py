@@ -9,6 +9,8 @@ from pathlib import Path
 
 from tests.support.processes import DECISIONS, decisions_env
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
 __all__ = ["Outcome", "decisions", "traceback_in"]
 
 #: Key variables stripped from the environment: a test never depends on a developer's keys.
@@ -51,6 +53,13 @@ def decisions(
         check=False,
     )
     return Outcome(done.returncode, done.stdout, done.stderr)
+
+
+def one_job_file(directory: Path) -> str:
+    """``one.jsonl`` in ``directory``: the first job of ``examples/tickets.jsonl``; its name."""
+    first = (EXAMPLES / "tickets.jsonl").read_text().splitlines()[0]
+    (directory / "one.jsonl").write_text(first + "\n")
+    return "one.jsonl"
 
 
 def traceback_in(text: str) -> str | None:

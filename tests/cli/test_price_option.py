@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.support import decisions, traceback_in
+from tests.cli.support import decisions, one_job_file, traceback_in
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,8 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_a_price_that_cannot_apply_is_refused_by_name(
     tmp_path: Path, price: str, said: str
 ) -> None:
-    first = (ROOT / "examples" / "tickets.jsonl").read_text().splitlines()[0]
-    (tmp_path / "one.jsonl").write_text(first + "\n")
+    one_job_file(tmp_path)
     done = decisions(
         "submit", "one.jsonl", "--reply-to", "r", "--dry-run", "--price", price, cwd=tmp_path
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.support import decisions, traceback_in
+from tests.cli.support import decisions, one_job_file, traceback_in
 
 pytestmark = pytest.mark.integration
 
@@ -23,8 +23,7 @@ VARIABLES = ["DECISIONS_REDIS_URL", "DECISIONS_BROKER_URL"]
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("redis-url-checks")
-    first = (ROOT / "examples" / "tickets.jsonl").read_text().splitlines()[0]
-    (root / "one.jsonl").write_text(first + "\n")
+    one_job_file(root)
     return root
 
 

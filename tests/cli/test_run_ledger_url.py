@@ -5,25 +5,17 @@ SAWarning line and wrote the file)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-from tests.cli.support import decisions, traceback_in
+from tests.cli.support import decisions, one_job_file, traceback_in
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "S3cretPW"
 
 
-def _jobs(tmp_path: Path) -> str:
-    shutil.copy(ROOT / "examples" / "tickets.jsonl", tmp_path / "all.jsonl")
-    first = (tmp_path / "all.jsonl").read_text().splitlines()[0]
-    (tmp_path / "one.jsonl").write_text(first + "\n")
-    return "one.jsonl"
-
-
 def test_the_ledger_is_named_without_its_password(tmp_path: Path) -> None:
     url = f"postgresql+psycopg://postgres:{SECRET}@127.0.0.1:1/test?password={SECRET}"
-    done = decisions("run", _jobs(tmp_path), cwd=tmp_path, ledger_url=url, timeout_s=60)
+    done = decisions("run", one_job_file(tmp_path), cwd=tmp_path, ledger_url=url, timeout_s=60)
     assert traceback_in(done.output) is None, done.output
     assert SECRET not in done.output, done.output
     assert "ledger: postgresql+psycopg://postgres:***@127.0.0.1:1/test" in done.stdout
@@ -32,7 +24,7 @@ def test_the_ledger_is_named_without_its_password(tmp_path: Path) -> None:
 def test_a_read_only_sqlite_ledger_is_refused_before_any_job(tmp_path: Path) -> None:
     assert decisions("migrate", cwd=tmp_path, ledger_url="sqlite:///ro.db").code == 0
     before = (tmp_path / "ro.db").read_bytes()
-    done = decisions("run", _jobs(tmp_path), cwd=tmp_path, ledger_url="sqlite:///ro.db?mode=ro")
+    done = decisions("run", one_job_file(tmp_path), cwd=tmp_path, ledger_url="sqlite:///ro.db?mode=ro")
     assert traceback_in(done.output) is None, done.output
     assert done.code == 2, done.output
     assert "SAWarning" not in done.output

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.support import decisions, traceback_in
+from tests.cli.support import decisions, one_job_file, traceback_in
 from tests.support.services import REDIS_HOST, REDIS_PORT, redis_database, redis_url
 
 pytestmark = pytest.mark.integration
@@ -26,8 +26,7 @@ LIMIT_S = 45
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("tls-handshake")
-    first = (ROOT / "examples" / "tickets.jsonl").read_text().splitlines()[0]
-    (root / "one.jsonl").write_text(first + "\n")
+    one_job_file(root)
     return root
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from shared.scrub import mask_url
-from tests.cli.support import decisions, traceback_in
+from tests.cli.support import decisions, one_job_file, traceback_in
 from tests.support.services import redis_database, redis_url
 
 pytestmark = pytest.mark.integration
@@ -31,8 +31,7 @@ TYPOS = (
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("url-secrets")
-    first = (ROOT / "examples" / "tickets.jsonl").read_text().splitlines()[0]
-    (root / "one.jsonl").write_text(first + "\n")
+    one_job_file(root)
     (root / "rejected.jsonl").write_text(json.dumps({"id": "t-1", "state": "x"}) + "\n")
     shutil.copy(ROOT / "examples" / "tickets.jsonl", root / "tickets.jsonl")
     return root
